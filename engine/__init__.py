@@ -1,0 +1,1 @@
+"""export-sweep engine."""

@@ -1,0 +1,50 @@
+"""Named exceptions for everything the engine rejects or fails at.
+
+Bad input is rejected before torch sees it, with what was wrong and what is allowed. A failure inside
+a pipeline stage is wrapped in :class:`ExportStageError` so callers (the sweep) know *which* stage
+failed; the original exception stays attached as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+
+class ExportSweepError(Exception):
+    """Base class of every error raised by the engine on purpose."""
+
+
+class ConfigError(ExportSweepError, ValueError):
+    """An export config is malformed: unknown key, wrong type, unsupported value."""
+
+
+class InputError(ExportSweepError, ValueError):
+    """The sample inputs cannot be used: not a mapping, or a name the model's forward does not take."""
+
+
+class ModelError(ExportSweepError, TypeError):
+    """The object given as a model is not something the engine can export."""
+
+
+class MissingDependencyError(ExportSweepError, ImportError):
+    """An optional backend package is not installed; the message names the extra to install."""
+
+
+class ExportStageError(ExportSweepError, RuntimeError):
+    """A pipeline stage raised. ``stage`` names it (e.g. ``"export"``, ``"lower"``, ``"run"``)."""
+
+    def __init__(self, stage: str, model_name: str, cause: BaseException):
+        self.stage = stage
+        self.model_name = model_name
+        first_line = (str(cause).strip().splitlines() or [""])[0]
+        super().__init__(f"stage '{stage}' failed for {model_name}: {type(cause).__name__}: {first_line}")
+
+
+def require(module: str, extra: str):
+    """Import ``module`` or raise :class:`MissingDependencyError` naming the pip extra that provides it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"'{module}' is not installed; install the '{extra}' extra: pip install 'export-sweep[{extra}]'"
+        ) from e

@@ -1,0 +1,89 @@
+"""Pinned versus installed versions of the stack, and the one-time drift warning.
+
+The pins are declared once, in ``pyproject.toml``. An installed ``export-sweep`` exposes them through
+its package metadata; a source checkout that was never installed falls back to reading the file.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata as md
+import logging
+import re
+import warnings
+from pathlib import Path
+
+logger = logging.getLogger("engine")
+
+DISTRIBUTION = "export-sweep"
+_PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^;,\s]+)")
+
+
+class VersionDriftWarning(UserWarning):
+    """The installed version of a pinned package differs from the pin."""
+
+
+def _requirement_strings() -> list[str]:
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    if pyproject.is_file():  # source checkout (editable installs included): the file is the truth
+        import tomllib
+
+        project = tomllib.loads(pyproject.read_text())["project"]
+        reqs = list(project.get("dependencies", []))
+        for extra in project.get("optional-dependencies", {}).values():
+            reqs.extend(extra)
+        return reqs
+    return list(md.requires(DISTRIBUTION) or [])
+
+
+@functools.cache
+def pinned_versions() -> dict[str, str]:
+    """``{package: version}`` for every ``==`` pin of the project (core and extras)."""
+    pins = {}
+    for req in _requirement_strings():
+        m = _PIN.match(req)
+        if m:
+            pins[m.group(1).lower()] = m.group(2)
+    return pins
+
+
+def installed_versions() -> dict[str, str | None]:
+    """``{package: installed version or None}`` for every pinned package."""
+    out: dict[str, str | None] = {}
+    for name in pinned_versions():
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _base(version: str) -> str:
+    return version.split("+", 1)[0]  # 2.13.0+cpu is the 2.13.0 pin
+
+
+def version_drift() -> dict[str, tuple[str, str]]:
+    """``{package: (pinned, installed)}`` for installed packages whose version differs from the pin."""
+    pins = pinned_versions()
+    return {
+        name: (pins[name], got)
+        for name, got in installed_versions().items()
+        if got is not None and _base(got) != pins[name]
+    }
+
+
+_warned = False
+
+
+def warn_on_version_drift() -> None:
+    """Warn once per process, naming every drifted package with its pinned and installed version."""
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    drift = version_drift()
+    if drift:
+        listing = ", ".join(f"{n} {pinned} pinned, {got} installed" for n, (pinned, got) in sorted(drift.items()))
+        message = f"export-sweep patches target the pinned versions; drift detected: {listing}"
+        logger.warning(message)
+        warnings.warn(message, VersionDriftWarning, stacklevel=3)
