@@ -1,0 +1,121 @@
+"""A config as a tree of raw constructor arguments, and back.
+
+transformers 5 configs are strict dataclasses whose ``__post_init__`` derives fields (``head_dim``,
+``layer_types``, sliding-window patterns, default sub-configs). Shrinking a config's ``to_dict()`` would keep
+those derived values stale, so :func:`raw_tree` reads a config back as the arguments that rebuild it: a field's
+dataclass default where the instance holds what ``__post_init__`` derived from it, and the instance value where a
+parent config passed one in. :func:`build_config` rebuilds sub-configs first, then the config, through the
+classes' own validation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from transformers import PreTrainedConfig
+
+SKIPPED_FIELDS = {"transformers_version", "architectures", "dtype", "id2label", "label2id", "torch_dtype",
+                  "_name_or_path", "output_attentions", "output_hidden_states", "return_dict"}
+
+
+@dataclasses.dataclass
+class Node:
+    """One config in the tree: its class, its raw arguments and its sub-config children."""
+
+    cls: type
+    args: dict[str, Any]
+    children: dict[str, "Node"]
+    fields: frozenset[str]
+    derived_patterns: dict[str, list]  # per-layer lists __post_init__ derived (raw value None)
+
+    def walk(self):
+        yield self
+        for child in self.children.values():
+            yield from child.walk()
+
+    def apply(self, overrides: dict[str, Any]) -> None:
+        """Set fields from a nested mapping; a mapping under a sub-config's name descends into it."""
+        for key, value in overrides.items():
+            if key in self.children and isinstance(value, dict):
+                self.children[key].apply(value)
+            else:
+                self.args[key] = value
+
+
+@functools.cache
+def _fresh_default(cls: type) -> PreTrainedConfig | None:
+    try:
+        return cls()
+    except Exception:  # noqa: BLE001 - a config class without usable defaults: instance values are used as-is
+        return None
+
+
+def _field_default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return field.default_factory()  # type: ignore[misc]
+    return dataclasses.MISSING
+
+
+def _init_fields(cls: type) -> list[dataclasses.Field]:
+    if not dataclasses.is_dataclass(cls):
+        return []
+    return [f for f in dataclasses.fields(cls) if f.init and f.name not in SKIPPED_FIELDS]
+
+
+def raw_tree(config: PreTrainedConfig, is_root: bool = True) -> Node:
+    """The raw-argument tree of ``config``.
+
+    For the root (built from no arguments) every non-config field takes its dataclass default. For a sub-config a
+    parent built, a field keeps its instance value where it differs from a fresh default instance of its class
+    (the parent passed it), else its dataclass default.
+    """
+    cls = type(config)
+    fresh = None if is_root else _fresh_default(cls)
+    args: dict[str, Any] = {}
+    children: dict[str, Node] = {}
+    derived: dict[str, list] = {}
+    fields = _init_fields(cls)
+    for field in fields:
+        value = getattr(config, field.name, dataclasses.MISSING)
+        if isinstance(value, PreTrainedConfig):
+            children[field.name] = raw_tree(value, is_root=False)
+            continue
+        default = _field_default(field)
+        if is_root or fresh is None:
+            raw = default if default is not dataclasses.MISSING else value
+            if is_root and fresh is None and default is dataclasses.MISSING:
+                raw = value
+        else:
+            raw = value if _differs(value, getattr(fresh, field.name, dataclasses.MISSING)) else default
+        if raw is dataclasses.MISSING:
+            raw = value
+        if raw is None and isinstance(value, (list, tuple)) and value:
+            derived[field.name] = list(value)
+        args[field.name] = raw
+    for key in getattr(cls, "sub_configs", {}) or {}:
+        value = getattr(config, key, None)
+        if isinstance(value, PreTrainedConfig) and key not in children:
+            children[key] = raw_tree(value, is_root=False)
+    for key in children:
+        args.pop(key, None)
+    return Node(cls=cls, args=args, children=children, fields=frozenset(f.name for f in fields),
+                derived_patterns=derived)
+
+
+def _differs(a: Any, b: Any) -> bool:
+    try:
+        return bool(a != b)
+    except Exception:  # noqa: BLE001 - tensors and odd objects: treat as different so the value is kept
+        return True
+
+
+def build_config(node: Node) -> PreTrainedConfig:
+    """Rebuild the config: sub-configs first, then this one, through the class's own validation."""
+    kwargs = dict(node.args)
+    for key, child in node.children.items():
+        kwargs[key] = build_config(child)
+    return node.cls(**kwargs)

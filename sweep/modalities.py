@@ -1,0 +1,357 @@
+"""One recipe per forward parameter: how to make a sample of it from the config.
+
+Recipes read config fields (vocab, image size, channels, mel bins, context length, ...) from whichever config in
+the tree holds them, and write into ``Context.made`` so later recipes can match shapes (the attention mask follows
+the ids). :data:`RECIPES` maps a forward parameter name to its recipe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Callable
+
+import torch
+from transformers import PreTrainedConfig
+
+SEQ = 8
+WAVEFORM = 3200
+AUDIO_FRAMES = 64
+
+ALWAYS_WITH_IDS = ("attention_mask",)
+MODALITY_INPUTS = {
+    "image": ("pixel_values",),
+    "audio": ("input_features", "input_values"),
+}
+TIME_SERIES_INPUTS = ("past_values", "past_time_features", "past_observed_mask", "static_categorical_features",
+                      "static_real_features", "future_time_features")
+TOKEN_FIELD_SUFFIXES = ("_token_id", "_token_ids", "_token_index", "_token_idx")
+
+
+@dataclasses.dataclass
+class Context:
+    config: PreTrainedConfig
+    model: torch.nn.Module
+    gen: torch.Generator
+    batch: int
+    hints: Any
+    params: dict[str, inspect.Parameter]
+    made: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    # -- config lookups ------------------------------------------------------------------------------------
+    def configs(self) -> list[PreTrainedConfig]:
+        out, todo = [], [self.config]
+        while todo:
+            c = todo.pop(0)
+            out.append(c)
+            for key in getattr(c, "sub_configs", {}) or {}:
+                sub = getattr(c, key, None)
+                if isinstance(sub, PreTrainedConfig):
+                    todo.append(sub)
+        return out
+
+    def find(self, *keys: str, where: Callable[[PreTrainedConfig], bool] | None = None, default=None):
+        for c in self.configs():
+            if where is not None and not where(c):
+                continue
+            for key in keys:
+                value = getattr(c, key, None)
+                if value is not None:
+                    return value
+        return default
+
+    def text_config(self) -> PreTrainedConfig:
+        try:
+            return self.config.get_text_config(decoder=False)
+        except Exception:  # noqa: BLE001 - configs without a text part
+            return self.config
+
+    def vision_config(self) -> PreTrainedConfig:
+        for c in self.configs():
+            if getattr(c, "image_size", None) is not None or getattr(c, "patch_size", None) is not None:
+                return c
+        return self.config
+
+    def special_ids(self) -> set[int]:
+        ids = set()
+        for c in self.configs():
+            for key, value in c.to_diff_dict().items() if False else vars(c).items():
+                if key.endswith(TOKEN_FIELD_SUFFIXES) or key in ("pad_token_id", "padding_idx"):
+                    values = value if isinstance(value, (list, tuple)) else [value]
+                    ids.update(v for v in values if isinstance(v, int) and not isinstance(v, bool))
+        return ids
+
+    def token_ids(self, shape: tuple[int, ...], vocab: int) -> torch.Tensor:
+        specials = self.special_ids()
+        allowed = torch.tensor([i for i in range(min(vocab, 4096)) if i not in specials] or [0])
+        low = allowed[allowed >= 3] if (allowed >= 3).any() else allowed
+        idx = torch.randint(0, len(low), shape, generator=self.gen)
+        return low[idx]
+
+    def floats(self, *shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=self.gen)
+
+
+def _vocab(ctx: Context, decoder: bool = False) -> int:
+    try:
+        text = ctx.config.get_text_config(decoder=decoder)
+    except Exception:  # noqa: BLE001
+        text = ctx.config
+    return getattr(text, "vocab_size", None) or ctx.find("vocab_size", default=256)
+
+
+def _image_token_id(ctx: Context) -> int | None:
+    return ctx.find("image_token_id", "image_token_index")
+
+
+def _image_side(ctx: Context) -> tuple[int, int]:
+    size = ctx.find("image_size", where=lambda c: c is ctx.vision_config(), default=None)
+    if size is None:
+        size = ctx.find("image_size", default=64)
+    if isinstance(size, dict):
+        size = (size.get("height", 64), size.get("width", 64))
+    if isinstance(size, (list, tuple)):
+        return int(size[0]), int(size[-1])
+    return int(size), int(size)
+
+
+def _channels(ctx: Context) -> int:
+    return ctx.find("num_channels", "in_channels", "input_channels", where=lambda c: c is ctx.vision_config(),
+                    default=None) or ctx.find("num_channels", default=3)
+
+
+# -- text -----------------------------------------------------------------------------------------------------
+
+
+def input_ids(ctx: Context) -> torch.Tensor:
+    vocab = _vocab(ctx)
+    length = ctx.hints.text_len
+    ids = ctx.token_ids((ctx.batch, length), vocab)
+    image_id = _image_token_id(ctx)
+    if image_id is not None and "pixel_values" in ctx.params:
+        n = ctx.hints.image_tokens or _guess_image_tokens(ctx)
+        placeholder = torch.full((ctx.batch, n), image_id, dtype=torch.long)
+        ids = torch.cat([ids[:, :1], placeholder, ids[:, 1:]], dim=1)
+    ctx.made["input_ids"] = ids
+    return ids
+
+
+def _guess_image_tokens(ctx: Context) -> int:
+    for key in ("mm_tokens_per_image", "image_seq_length", "num_image_tokens", "image_token_count",
+                "num_query_tokens", "tokens_per_image"):
+        value = ctx.find(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    h, w = _image_side(ctx)
+    patch = ctx.find("patch_size", default=16)
+    patch = patch[0] if isinstance(patch, (list, tuple)) else patch
+    return max(1, (h // patch) * (w // patch))
+
+
+def attention_mask(ctx: Context) -> torch.Tensor | None:
+    ids = ctx.made.get("input_ids")
+    if ids is None:
+        return None
+    return torch.ones_like(ids)
+
+
+def token_type_ids(ctx: Context) -> torch.Tensor | None:
+    ids = ctx.made.get("input_ids")
+    return None if ids is None else torch.zeros_like(ids)
+
+
+def decoder_input_ids(ctx: Context) -> torch.Tensor:
+    ids = ctx.token_ids((ctx.batch, 4), _vocab(ctx, decoder=True))
+    start = ctx.find("decoder_start_token_id")
+    if isinstance(start, int):
+        ids[:, 0] = start
+    ctx.made["decoder_input_ids"] = ids
+    return ids
+
+
+def decoder_attention_mask(ctx: Context) -> torch.Tensor | None:
+    ids = ctx.made.get("decoder_input_ids")
+    return None if ids is None else torch.ones_like(ids)
+
+
+def bbox(ctx: Context) -> torch.Tensor:
+    ids = ctx.made.get("input_ids")
+    length = ids.shape[1] if ids is not None else SEQ
+    corners = torch.randint(0, 1000, (ctx.batch, length, 2, 2), generator=ctx.gen).sort(dim=2).values
+    return corners.permute(0, 1, 3, 2).reshape(ctx.batch, length, 4)
+
+
+# -- vision ---------------------------------------------------------------------------------------------------
+
+
+def pixel_values(ctx: Context) -> torch.Tensor:
+    h, w = _image_side(ctx)
+    c = _channels(ctx)
+    if "image_grid_thw" in ctx.params:
+        return _patchified_pixels(ctx, c, h, w)
+    frames = ctx.find("num_frames", where=lambda cfg: cfg is ctx.vision_config())
+    if isinstance(frames, int) and frames > 0 and "video" in (getattr(ctx.model, "input_modalities", ()) or ()):
+        return ctx.floats(ctx.batch, frames, c, h, w)
+    values = ctx.floats(ctx.batch, c, h, w)
+    ctx.made["pixel_values"] = values
+    return values
+
+
+def _patchified_pixels(ctx: Context, c: int, h: int, w: int) -> torch.Tensor:
+    """Qwen-VL style: (sum of t*h*w patches, C * temporal_patch * patch * patch) plus ``image_grid_thw``."""
+    patch = ctx.find("patch_size", default=14)
+    temporal = ctx.find("temporal_patch_size", default=1)
+    gh, gw = h // patch, w // patch
+    ctx.made["image_grid_thw"] = torch.tensor([[1, gh, gw]] * ctx.batch)
+    merge = ctx.find("spatial_merge_size", "merge_size", default=1)
+    ctx.hints.image_tokens = ctx.hints.image_tokens or (gh * gw) // (merge * merge)
+    return ctx.floats(ctx.batch * gh * gw, c * temporal * patch * patch)
+
+
+def image_grid_thw(ctx: Context) -> torch.Tensor | None:
+    return ctx.made.get("image_grid_thw")
+
+
+def pixel_mask(ctx: Context) -> torch.Tensor:
+    h, w = _image_side(ctx)
+    return torch.ones(ctx.batch, h, w, dtype=torch.long)
+
+
+def image_sizes(ctx: Context) -> torch.Tensor:
+    h, w = _image_side(ctx)
+    return torch.tensor([[h, w]] * ctx.batch)
+
+
+# -- audio ----------------------------------------------------------------------------------------------------
+
+
+def _mel_bins(ctx: Context) -> int:
+    return ctx.find("num_mel_bins", "feature_size", "n_mels", "input_feat_per_channel", "num_mel_filters",
+                    default=80)
+
+
+def _audio_frames(ctx: Context) -> int:
+    positions = ctx.find("max_source_positions")
+    return 2 * positions if isinstance(positions, int) and positions > 0 else AUDIO_FRAMES
+
+
+def input_features(ctx: Context) -> torch.Tensor:
+    mels = _mel_bins(ctx)
+    channels = ctx.find("input_channels", default=1) if ctx.find("input_feat_per_channel") else 1
+    return ctx.floats(ctx.batch, mels * channels, _audio_frames(ctx))
+
+
+def input_values(ctx: Context) -> torch.Tensor:
+    return ctx.floats(ctx.batch, WAVEFORM)
+
+
+def alternative_layouts(ctx: Context, base: dict[str, Any]) -> dict[str, list[torch.Tensor]]:
+    """Other layouts of the same sample, for inputs whose layout differs by family."""
+    out: dict[str, list[torch.Tensor]] = {}
+    if isinstance(base.get("input_features"), torch.Tensor):
+        x = base["input_features"]
+        out["input_features"] = [x.transpose(1, 2).contiguous()]
+    if isinstance(base.get("input_values"), torch.Tensor):
+        x = base["input_values"]
+        channels = ctx.find("audio_channels", "num_channels", "in_channels", default=1)
+        out["input_values"] = [x[:, None, :].repeat(1, channels, 1).contiguous()]
+    if isinstance(base.get("pixel_values"), torch.Tensor) and base["pixel_values"].dim() == 4:
+        x = base["pixel_values"]
+        out["pixel_values"] = [x[:, None]]  # (B, num_patches=1, C, H, W): tiled image layouts
+    return out
+
+
+# -- time series ----------------------------------------------------------------------------------------------
+
+
+def needs_time_series(params: dict[str, inspect.Parameter]) -> bool:
+    return "past_values" in params
+
+
+def _history_length(ctx: Context) -> int:
+    context = ctx.find("context_length", default=None) or ctx.find("prediction_length", default=8) * 2
+    lags = ctx.find("lags_sequence", default=[0]) or [0]
+    return int(context) + int(max(lags))
+
+
+def _series_channels(ctx: Context) -> int:
+    return int(ctx.find("input_size", "num_input_channels", "num_channels", default=1) or 1)
+
+
+def past_values(ctx: Context) -> torch.Tensor:
+    channels = _series_channels(ctx)
+    shape = (ctx.batch, _history_length(ctx)) + ((channels,) if channels > 1 or "num_input_channels" in
+                                                  vars(ctx.config) else ())
+    values = ctx.floats(*shape)
+    ctx.made["past_values"] = values
+    return values
+
+
+def past_observed_mask(ctx: Context) -> torch.Tensor:
+    return torch.ones_like(ctx.made.get("past_values", past_values(ctx)))
+
+
+def _time_features(ctx: Context) -> int:
+    return int(ctx.find("num_time_features", default=0) or 0) + int(ctx.find("num_dynamic_real_features",
+                                                                           default=0) or 0)
+
+
+def past_time_features(ctx: Context) -> torch.Tensor | None:
+    n = _time_features(ctx)
+    return ctx.floats(ctx.batch, _history_length(ctx), n) if n else None
+
+
+def future_time_features(ctx: Context) -> torch.Tensor | None:
+    n = _time_features(ctx)
+    length = ctx.find("prediction_length", default=None)
+    return ctx.floats(ctx.batch, length, n) if n and length else None
+
+
+def static_categorical_features(ctx: Context) -> torch.Tensor | None:
+    n = ctx.find("num_static_categorical_features", default=0)
+    if not n:
+        return None
+    cardinality = ctx.find("cardinality", default=[2] * n)
+    cols = [torch.randint(0, max(1, card), (ctx.batch, 1), generator=ctx.gen) for card in cardinality[:n]]
+    return torch.cat(cols, dim=1)
+
+
+def static_real_features(ctx: Context) -> torch.Tensor | None:
+    n = ctx.find("num_static_real_features", default=0)
+    return ctx.floats(ctx.batch, n) if n else None
+
+
+# -- fallback for other required parameters -------------------------------------------------------------------
+
+
+def fallback(ctx: Context, names: list[str]) -> dict[str, Any]:
+    out = {}
+    for name in names:
+        if name.endswith("mask"):
+            ids = ctx.made.get("input_ids")
+            out[name] = torch.ones_like(ids) if ids is not None else torch.ones(ctx.batch, SEQ, dtype=torch.long)
+        elif name.endswith("ids"):
+            out[name] = ctx.token_ids((ctx.batch, SEQ), _vocab(ctx))
+    return out
+
+
+RECIPES: dict[str, Callable[[Context], Any]] = {
+    "input_ids": input_ids,
+    "attention_mask": attention_mask,
+    "token_type_ids": token_type_ids,
+    "decoder_input_ids": decoder_input_ids,
+    "decoder_attention_mask": decoder_attention_mask,
+    "bbox": bbox,
+    "pixel_values": pixel_values,
+    "image_grid_thw": image_grid_thw,
+    "pixel_mask": pixel_mask,
+    "image_sizes": image_sizes,
+    "input_features": input_features,
+    "input_values": input_values,
+    "past_values": past_values,
+    "past_observed_mask": past_observed_mask,
+    "past_time_features": past_time_features,
+    "future_time_features": future_time_features,
+    "static_categorical_features": static_categorical_features,
+    "static_real_features": static_real_features,
+}

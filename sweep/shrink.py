@@ -1,0 +1,399 @@
+"""The generic config shrinker: a model type's default config, made tiny while staying self-consistent.
+
+Pipeline (:func:`shrink_config`):
+
+1. **Raw tree.** Read the default config back as the *raw* constructor arguments (:mod:`sweep.config_tree`), so
+   that ``__post_init__`` re-derives ``head_dim``, ``layer_types``, sliding patterns, ... from the shrunk values.
+2. **Token ids.** Every ``*_token_id`` / ``*_token_index`` in the tree outside the new vocab is remapped, the same
+   old id to the same new id in every sub-config, onto the top of the new vocab.
+3. **Rules.** Each node (the config and each sub-config) is shrunk by the rules below, driven by config field
+   names and by value equalities (every width equal to a model width becomes the one tiny width).
+4. **Overrides.** The per-model overrides of ``sweep/data/overrides.yaml`` are applied last.
+5. **Build.** Sub-configs first, then the config itself, through the config classes' own validation.
+
+A :class:`Profile` holds the target sizes; :data:`PROFILES` is the ladder that :mod:`sweep.zoo` climbs when the
+tiniest profile cannot build or run a model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from sweep.config_tree import Node, build_config, raw_tree
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """Target sizes for one rung of the shrink ladder."""
+
+    name: str
+    width: int = 32
+    heads: int = 4
+    layers: int = 2
+    intermediate: int = 64
+    vocab: int = 1024
+    max_positions: int = 512
+    image_grid: int = 4  # patches per side
+    conv_image_size: int = 64  # image side for models without a patch size
+    experts: int = 4
+    top_k: int = 2
+    low_rank: int = 16
+    min_channel: int = 8
+    audio_positions: int = 32
+    window: int = 4
+    keep_geometry: bool = False  # keep image/patch/window sizes and channel lists as the defaults have them
+
+
+PROFILES: tuple[Profile, ...] = (
+    Profile("tiny"),
+    Profile("small", width=64, heads=4, intermediate=128, image_grid=8, conv_image_size=128, window=7,
+            min_channel=16, audio_positions=64),
+    Profile("geometry", width=64, heads=4, intermediate=128, keep_geometry=True),
+)
+
+
+# -- field vocabularies --------------------------------------------------------------------------------------
+# Names of config fields, grouped by what they mean. Transformers' configs share these names across families.
+
+PRIMARY_WIDTHS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "d_embed", "hidden_dim", "n_embed",
+                  "model_dim", "width")
+WIDTH_WORDS = ("hidden", "size", "dim", "embd", "embed", "d_model", "width", "channels", "proj")
+NOT_WIDTH_WORDS = ("intermediate", "ffn", "head_dim", "vocab", "position", "image", "patch", "max_", "num_",
+                   "layers", "window", "kernel", "stride", "bucket", "chunk", "length", "sample", "mel", "rank",
+                   "group", "expert", "frame", "n_", "ratio", "feat", "_len", "seq", "token", "bins", "codebook",
+                   "label", "class", "query", "rope", "rotary", "sliding", "local", "conv_dim", "pad", "offset",
+                   "radius", "dilation", "block", "segment", "step", "scale", "dropout", "top", "size_per")
+INTERMEDIATE_WORDS = ("intermediate", "ffn_dim", "d_ff", "n_inner", "mlp_dim", "ff_dim", "ffn_hidden",
+                      "inner_dim", "filter_size", "feed_forward", "d_inner", "mlp_hidden", "dim_feedforward",
+                      "encoder_ffn", "decoder_ffn", "hidden_dim_ffn")
+LAYER_COUNTS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
+                "num_encoder_layers", "num_decoder_layers", "depth", "num_blocks", "text_layers", "vision_layers",
+                "num_decoder_blocks", "num_encoder_blocks", "n_layers_encoder", "n_layers_decoder",
+                "num_transformer_layers", "num_self_attends_per_block", "num_cross_attention_layers",
+                "num_global_layers", "num_local_layers", "encoder_num_layers", "decoder_num_layers")
+HEAD_COUNTS = ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
+               "n_heads", "attention_heads", "num_encoder_attention_heads", "num_decoder_attention_heads",
+               "encoder_num_attention_heads", "decoder_num_attention_heads", "num_self_attention_heads",
+               "num_cross_attention_heads", "n_attention_heads")
+KV_HEAD_COUNTS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "num_key_value_groups", "n_kv_heads",
+                  "multi_query_group_num", "kv_heads")
+HEAD_DIMS = ("head_dim", "attention_head_dim", "d_kv", "kv_channels", "head_size", "attention_head_size",
+             "key_value_head_dim")
+EXPERT_COUNTS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts", "n_experts",
+                 "num_routed_experts", "expert_count")
+EXPERT_TOP_K = ("num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token", "moe_k", "n_activated_experts",
+                "router_topk", "experts_per_token")
+SHARED_EXPERTS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+GROUP_COUNTS = ("n_group", "topk_group", "num_expert_groups", "num_groups_for_routing")
+LOW_RANKS = ("q_lora_rank", "kv_lora_rank", "o_lora_rank", "time_step_rank")
+ROPE_HEAD_DIMS = ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "qk_head_dim")
+VOCABS = ("vocab_size", "n_vocab", "text_vocab_size", "codebook_vocab_size", "target_vocab_size",
+          "src_vocab_size", "tgt_vocab_size", "decoder_vocab_size")
+POSITIONS = ("max_position_embeddings", "n_positions", "max_positions", "max_seq_len", "n_ctx",
+             "max_sequence_length", "max_target_positions", "max_text_positions", "seq_length",
+             "max_length", "text_max_position_embeddings")
+AUDIO_POSITIONS = ("max_source_positions", "max_audio_positions")
+LAYER_INDEX_FIELDS = ("vision_feature_layer", "out_indices", "global_attn_indexes", "vision_feature_layers",
+                      "feature_layers", "select_layer", "intermediate_layers_indices", "backbone_out_indices",
+                      "fullatt_block_indexes", "layer_ids", "deepstack_visual_indexes", "full_attention_layers",
+                      "cross_attention_layers", "attn_layer_indices", "moe_layers", "global_layers",
+                      "decoder_sparse_step_layers", "attn_layer_idx", "mlp_only_layers", "no_rope_layers_idx")
+CHANNEL_LISTS = ("hidden_sizes", "embed_dims", "channels", "dims", "widths", "num_channels_list",
+                 "hidden_dims", "embedding_sizes", "out_channels", "stage_channels", "neck_hidden_sizes",
+                 "block_channels", "encoder_hidden_sizes", "decoder_hidden_sizes", "stem_channels",
+                 "stage_in_channels", "stage_mid_channels", "stage_out_channels", "embed_dim_per_stage",
+                 "hidden_size_per_stage", "in_channels_list", "conv_dim", "feature_channels",
+                 "reassemble_hidden_size", "fusion_hidden_size", "in_channels", "neck_dims")
+DEPTH_LISTS = ("depths", "num_layers_per_stage", "layers_per_stage", "block_repeats", "stage_depths",
+               "num_blocks_per_stage", "depth_per_stage", "encoder_layers_per_stage", "repeats",
+               "stage_num_layers", "num_hidden_layers_per_stage")
+HEAD_LISTS = ("num_heads", "num_attention_heads", "heads", "num_heads_per_stage", "attention_heads")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(_is_int(v) for v in value)
+
+
+def primary_width(node: Node) -> int | None:
+    for key in PRIMARY_WIDTHS:
+        if _is_int(node.args.get(key)) and node.args[key] > 0:
+            return node.args[key]
+    return None
+
+
+def tree_widths(node: Node) -> set[int]:
+    """Every primary width in the tree: fields equal to one of them are widths too."""
+    widths = set()
+    for n in node.walk():
+        w = primary_width(n)
+        if w:
+            widths.add(w)
+    return widths
+
+
+def _is_width_name(key: str) -> bool:
+    k = key.lower()
+    return any(w in k for w in WIDTH_WORDS) and not any(w in k for w in NOT_WIDTH_WORDS)
+
+
+def _is_intermediate_name(key: str) -> bool:
+    return any(w in key.lower() for w in INTERMEDIATE_WORDS)
+
+
+# -- token ids -----------------------------------------------------------------------------------------------
+
+
+def _is_token_field(key: str) -> bool:
+    k = key.lower()
+    return k.endswith(("_token_id", "_token_ids", "_token_index", "_token_idx", "_id_token")) or k in {
+        "pad_token_id", "image_token_index", "decoder_start_token_id", "padding_idx", "mask_token_id"}
+
+
+def token_id_map(root: Node, vocab: int) -> dict[int, int]:
+    """Old id -> new id for every special token id outside the new vocab, top of the vocab down."""
+    ids = set()
+    for node in root.walk():
+        for key, value in node.args.items():
+            if not _is_token_field(key):
+                continue
+            values = value if isinstance(value, (list, tuple)) else [value]
+            ids.update(v for v in values if _is_int(v) and v >= vocab)
+    return {old: vocab - 1 - i for i, old in enumerate(sorted(ids))}
+
+
+def reserved_ids(root: Node, vocab: int) -> int:
+    """How many ids at the top of the vocab the remap used (input synthesis stays below them)."""
+    return len(token_id_map(root, vocab))
+
+
+def _remap_tokens(node: Node, mapping: dict[int, int]) -> None:
+    for key, value in list(node.args.items()):
+        if not _is_token_field(key):
+            continue
+        if _is_int(value) and value in mapping:
+            node.args[key] = mapping[value]
+        elif isinstance(value, (list, tuple)):
+            node.args[key] = type(value)(mapping.get(v, v) if _is_int(v) else v for v in value)
+
+
+# -- rules ---------------------------------------------------------------------------------------------------
+
+
+def _scale_channel_list(values: list[int], divisor: float, minimum: int) -> list[int]:
+    step = minimum
+    return [max(minimum, int(math.ceil(v / divisor / step)) * step) for v in values]
+
+
+def _resample_pattern(pattern: list, layers: int) -> list:
+    """A per-layer list shrunk to ``layers`` entries, keeping one of each distinct value in first-seen order."""
+    distinct = list(dict.fromkeys(_hashable(v) for v in pattern))
+    order = [pattern[[_hashable(v) for v in pattern].index(d)] for d in distinct]
+    out = list(order)
+    i = 0
+    while len(out) < layers:
+        out.append(pattern[i % len(pattern)])
+        i += 1
+    return out[: max(layers, len(order))]
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def min_layers(node: Node, profile: Profile, old_layers: int) -> int:
+    """The smallest layer count that keeps every layer type and every referenced layer index."""
+    need = profile.layers
+    for key, value in node.args.items():
+        if isinstance(value, (list, tuple)) and len(value) == old_layers and old_layers > 1 and not _int_list(value):
+            need = max(need, len({_hashable(v) for v in value}))
+        if key in LAYER_INDEX_FIELDS:
+            values = value if isinstance(value, (list, tuple)) else [value]
+            flat = [v for v in values if _is_int(v)]
+            positives = [v for v in flat if v >= 0]
+            negatives = [-v for v in flat if v < 0]
+            if positives:
+                need = max(need, max(positives) + (0 if key == "out_indices" else 1))
+            if negatives:
+                need = max(need, max(negatives))
+    for key in node.derived_patterns:
+        pattern = node.derived_patterns[key]
+        need = max(need, len({_hashable(v) for v in pattern}))
+    return need
+
+
+def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[int, int]) -> None:
+    """Shrink one config node in place (its sub-config nodes are shrunk by the caller)."""
+    args = node.args
+    _remap_tokens(node, token_map)
+    old_width = primary_width(node)
+    new_width = profile.width
+
+    # Heads first: they decide head_dim.
+    old_heads = None
+    for key in HEAD_COUNTS:
+        if _is_int(args.get(key)) and args[key] > 0:
+            old_heads = old_heads or args[key]
+            args[key] = min(args[key], profile.heads)
+    heads = min(old_heads, profile.heads) if old_heads else profile.heads
+    for key in KV_HEAD_COUNTS:
+        value = args.get(key)
+        if _is_int(value) and value > 0 and old_heads:
+            args[key] = heads if value >= old_heads else (1 if value == 1 else max(1, heads // 2))
+
+    if not profile.keep_geometry or True:
+        for key, value in list(args.items()):
+            if key in HEAD_DIMS and (_is_int(value) or value is None) and key in node.fields:
+                if _is_int(value) and value > 0 or (value is None and key == "head_dim" and old_heads):
+                    args[key] = max(4, new_width // heads)
+
+    # Widths: every width-like int equal to a model width becomes the tiny width.
+    for key, value in list(args.items()):
+        if not _is_int(value) or value <= 0:
+            continue
+        if key in PRIMARY_WIDTHS or (_is_width_name(key) and value in widths):
+            if value > new_width:
+                args[key] = new_width
+        elif _is_intermediate_name(key) and value > profile.intermediate:
+            args[key] = profile.intermediate
+
+    # Layer counts, never below what layer types and layer indices need.
+    old_layers = next((args[k] for k in LAYER_COUNTS if _is_int(args.get(k)) and args[k] > 0), None)
+    if old_layers:
+        target = min(old_layers, min_layers(node, profile, old_layers))
+        for key in LAYER_COUNTS:
+            if _is_int(args.get(key)) and args[key] > target:
+                args[key] = max(target, 1) if args[key] >= old_layers or key != "depth" else target
+        for key, value in list(args.items()):
+            if isinstance(value, (list, tuple)) and len(value) == old_layers and old_layers > target and key not in CHANNEL_LISTS:
+                args[key] = _resample_pattern(list(value), target)
+        for key, pattern in node.derived_patterns.items():
+            if args.get(key) is None and len(pattern) == old_layers:
+                args[key] = _resample_pattern(list(pattern), target)
+
+    # Mixture of experts and low-rank attention.
+    for key in EXPERT_COUNTS:
+        if _is_int(args.get(key)) and args[key] > profile.experts:
+            args[key] = profile.experts
+    for key in EXPERT_TOP_K:
+        if _is_int(args.get(key)) and args[key] > profile.top_k:
+            args[key] = profile.top_k
+    for key in SHARED_EXPERTS:
+        if _is_int(args.get(key)) and args[key] > 1:
+            args[key] = 1
+    for key in GROUP_COUNTS:
+        if _is_int(args.get(key)) and args[key] > 1:
+            args[key] = 1
+    for key in LOW_RANKS:
+        if _is_int(args.get(key)) and args[key] > profile.low_rank:
+            args[key] = profile.low_rank
+    for key in ROPE_HEAD_DIMS:
+        if _is_int(args.get(key)) and args[key] > 8:
+            args[key] = 8
+    if _is_int(args.get("first_k_dense_replace")) and args["first_k_dense_replace"] > 1:
+        args["first_k_dense_replace"] = 1
+
+    # Vocab and positions.
+    for key in VOCABS:
+        if _is_int(args.get(key)) and args[key] > profile.vocab:
+            args[key] = profile.vocab
+    for key in POSITIONS:
+        if _is_int(args.get(key)) and args[key] > profile.max_positions:
+            args[key] = profile.max_positions
+    for key in AUDIO_POSITIONS:
+        if _is_int(args.get(key)) and args[key] > profile.audio_positions:
+            args[key] = profile.audio_positions
+
+    if not profile.keep_geometry:
+        _shrink_vision(node, profile)
+        _shrink_channel_lists(node, profile, old_width)
+
+    _rescale_sections(node, heads)
+
+
+def _shrink_vision(node: Node, profile: Profile) -> None:
+    args = node.args
+    patch = args.get("patch_size")
+    patch = patch[0] if _int_list(patch) else patch
+    image = args.get("image_size")
+    if _is_int(image) or _int_list(image):
+        if _is_int(patch) and patch > 0:
+            side = patch * profile.image_grid
+            merge = args.get("spatial_merge_size") or args.get("merge_size") or 1
+            if _is_int(merge) and merge > 1:
+                side = patch * max(profile.image_grid, merge * 2)
+        else:
+            side = profile.conv_image_size
+        old = image if _is_int(image) else max(image)
+        if side < old:
+            args["image_size"] = side if _is_int(image) else type(image)(side for _ in image)
+    for key in ("window_size",):
+        value = args.get(key)
+        if _is_int(value) and value > profile.window:
+            args[key] = profile.window
+    for key in DEPTH_LISTS:
+        if _int_list(args.get(key)):
+            args[key] = type(args[key])(min(v, 1) if v > 0 else v for v in args[key])
+    for key in HEAD_LISTS:
+        value = args.get(key)
+        if _int_list(value) and value[0] > 0:
+            args[key] = type(value)(max(1, v // value[0]) for v in value)
+
+
+def _shrink_channel_lists(node: Node, profile: Profile, old_width: int | None) -> None:
+    """One value map per config for chained channel lists (conv nets), keeping the ratios between stages."""
+    args = node.args
+    lists = {k: args[k] for k in CHANNEL_LISTS if _int_list(args.get(k))}
+    if not lists:
+        return
+    smallest = min(v for values in lists.values() for v in values if v > 0)
+    divisor = max(1.0, smallest / profile.min_channel)
+    for key, values in lists.items():
+        args[key] = type(values)(_scale_channel_list(list(values), divisor, profile.min_channel))
+    for key in ("embedding_size", "stem_channels", "num_filters", "hidden_size", "embed_dim", "out_features_dim"):
+        value = args.get(key)
+        if _is_int(value) and value > 0 and key not in lists:
+            args[key] = _scale_channel_list([value], divisor, profile.min_channel)[0]
+
+
+def _rescale_sections(node: Node, heads: int) -> None:
+    """Section lists that must sum to half the head dim (multimodal RoPE) are rescaled proportionally."""
+    head_dim = node.args.get("head_dim")
+    if not _is_int(head_dim):
+        width = primary_width(node)
+        head_dim = width // heads if width else None
+    if not head_dim:
+        return
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = node.args.get(key)
+        if isinstance(rope, dict) and _int_list(rope.get("mrope_section")):
+            rope = dict(rope)
+            rope["mrope_section"] = _proportional(rope["mrope_section"], head_dim // 2)
+            node.args[key] = rope
+    if _int_list(node.args.get("mrope_section")):
+        node.args["mrope_section"] = _proportional(node.args["mrope_section"], head_dim // 2)
+
+
+def _proportional(sections: list[int], total: int) -> list[int]:
+    old = sum(sections)
+    out = [max(1, s * total // old) for s in sections]
+    out[-1] += total - sum(out)
+    return out
+
+
+def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides: dict | None = None,
+                  base=None):
+    """A tiny, validated instance of ``config_class`` (or of ``base``'s class, starting from ``base``)."""
+    root = raw_tree(base if base is not None else config_class())
+    widths = tree_widths(root)
+    token_map = token_id_map(root, profile.vocab)
+    for node in root.walk():
+        shrink_node(node, profile, widths, token_map)
+    if overrides:
+        root.apply(overrides)
+    return build_config(root)

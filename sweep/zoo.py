@@ -1,0 +1,165 @@
+"""The zoo's public entry: a tiny random model of any catalogued class, with sample inputs, or a named reason.
+
+``build_case(name, seed=0)`` climbs the shrink ladder (:data:`sweep.shrink.PROFILES`): for each profile it
+shrinks the config, builds the model, synthesises inputs and runs one eager forward; the first profile that
+runs (and fits the parameter budget when one does) wins. When none runs, :class:`ZooError` carries the category
+of the furthest stage any profile reached: ``config_error`` < ``init_error`` < ``forward_error``, or
+``missing_dependency`` with the package named.
+
+Bring your own model: ``build_case(name, config=...)`` takes a ``PreTrainedConfig``, a ``config.json`` path or a
+model folder in place of the synthesised config (a folder with weights is loaded with its weights).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sweep import catalog, inputs, overrides
+from sweep.errors import (CONFIG_ERROR, FORWARD_ERROR, INIT_ERROR, STAGE_ORDER, ZooError, as_missing_dependency)
+from sweep.shrink import PROFILES, Profile, shrink_config
+
+PARAMETER_BUDGET = 5_000_000
+MISMATCH_RETRIES = 3
+
+__all__ = ["Case", "ZooError", "build_case", "PARAMETER_BUDGET"]
+
+
+@dataclasses.dataclass
+class Case:
+    """A built model, in eval mode, and inputs its eager forward accepts."""
+
+    name: str
+    model: torch.nn.Module
+    inputs: dict[str, Any]
+    model_type: str
+    mappings: tuple[str, ...]
+    num_parameters: int
+    profile: str
+    seconds: float
+    source: str = "synthesised"  # or "config" / "pretrained" for a contributor's own model
+
+    @property
+    def config(self):
+        return self.model.config
+
+    def summary(self) -> dict[str, Any]:
+        return {"name": self.name, "model_type": self.model_type, "mappings": list(self.mappings),
+                "num_parameters": self.num_parameters, "profile": self.profile, "seconds": round(self.seconds, 3),
+                "source": self.source, "inputs": sorted(self.inputs)}
+
+
+def model_class(name: str) -> type:
+    import transformers
+
+    try:
+        return getattr(transformers, name)
+    except AttributeError:
+        raise
+    except ImportError as exc:
+        raise as_missing_dependency(name, exc) from exc
+
+
+def build_case(name: str, seed: int = 0, config: Any = None) -> Case:
+    """A tiny random ``name`` model and its inputs; ``config`` brings your own config or model folder."""
+    record = catalog.record(name)
+    cls = model_class(name)
+    start = time.perf_counter()
+    if config is not None:
+        model, source = _own_model(cls, config, seed)
+        case_inputs = _first_running_inputs(model, seed, name)
+        return _case(name, record, model, case_inputs, "own", start, source)
+
+    rules = overrides.for_class(name, record.model_type)
+    failures: list[ZooError] = []
+    over_budget: Case | None = None
+    for profile in _ladder(rules):
+        try:
+            model = _build(cls, profile, rules, seed, name)
+            case_inputs = _first_running_inputs(model, seed, name)
+        except ZooError as exc:
+            if exc.category == "missing_dependency":
+                raise
+            failures.append(exc)
+            continue
+        case = _case(name, record, model, case_inputs, profile.name, start, "synthesised")
+        if case.num_parameters <= PARAMETER_BUDGET or rules.get("over_budget"):
+            return case
+        over_budget = over_budget if over_budget and over_budget.num_parameters <= case.num_parameters else case
+    if over_budget is not None:
+        return over_budget
+    raise max(failures, key=lambda e: STAGE_ORDER.index(e.category))
+
+
+def _ladder(rules: dict) -> list[Profile]:
+    names = rules.get("profiles")
+    ladder = [p for p in PROFILES if names is None or p.name in names]
+    return ladder
+
+
+def _case(name, record, model, case_inputs, profile, start, source) -> Case:
+    return Case(name=name, model=model, inputs=case_inputs, model_type=record.model_type,
+                mappings=record.mappings, num_parameters=sum(p.numel() for p in model.parameters()),
+                profile=profile, seconds=time.perf_counter() - start, source=source)
+
+
+def _build(cls: type, profile: Profile, rules: dict, seed: int, name: str) -> torch.nn.Module:
+    try:
+        config = shrink_config(cls.config_class, profile, rules.get("config"))
+    except ImportError as exc:
+        raise as_missing_dependency(name, exc) from exc
+    except Exception as exc:  # noqa: BLE001 - any failure of the config class's own validation is the reason
+        raise ZooError(name, CONFIG_ERROR, f"[{profile.name}] {type(exc).__name__}: {exc}") from exc
+    try:
+        torch.manual_seed(seed)
+        model = cls(config)
+    except ImportError as exc:
+        raise as_missing_dependency(name, exc) from exc
+    except Exception as exc:  # noqa: BLE001
+        raise ZooError(name, INIT_ERROR, f"[{profile.name}] {type(exc).__name__}: {exc}") from exc
+    return model.eval()
+
+
+def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[str, Any]:
+    """The first candidate inputs whose eager forward runs; mismatch messages refine the placeholder count."""
+    hints = inputs.Hints()
+    errors: list[str] = []
+    for _ in range(MISMATCH_RETRIES + 1):
+        refined = False
+        for candidate in inputs.candidate_inputs(model, seed, hints):
+            try:
+                with torch.no_grad():
+                    model(**candidate)
+                return candidate
+            except ImportError as exc:
+                raise as_missing_dependency(name, exc) from exc
+            except Exception as exc:  # noqa: BLE001 - the first error is reported if no candidate runs
+                errors.append(f"{type(exc).__name__}: {exc}")
+                if inputs.refine_hints(hints, exc):
+                    refined = True
+                    break
+        if not refined:
+            break
+    raise ZooError(name, FORWARD_ERROR, errors[0] if errors else "no inputs synthesised")
+
+
+# -- bring your own model -------------------------------------------------------------------------------------
+
+
+def _own_model(cls: type, config: Any, seed: int) -> tuple[torch.nn.Module, str]:
+    from transformers import AutoConfig, PreTrainedConfig
+
+    torch.manual_seed(seed)
+    if isinstance(config, PreTrainedConfig):
+        return cls(config).eval(), "config"
+    path = Path(os.fspath(config))
+    folder = path if path.is_dir() else path.parent
+    if path.is_dir() and any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin")):
+        return cls.from_pretrained(folder, local_files_only=True).eval(), "pretrained"
+    own = AutoConfig.from_pretrained(folder if path.is_dir() else path, local_files_only=True)
+    return cls(own).eval(), "config"
