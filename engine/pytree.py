@@ -10,7 +10,8 @@ One generic mechanism, by reflection over instance attributes, serves three clie
 
 How an object is split: attributes holding tensors, tensor containers or other cache objects are
 *children*; everything else (ints, flags, dtypes, classes, ``None`` slots) is *static context*, restored
-as-is on unflatten. A ``Cache``'s ``layers`` list is transparent: its layers are children named by index,
+as-is on unflatten. Static attributes that are symbolic during a trace (shape-following counters) are recorded as ``None``.
+A ``Cache``'s ``layers`` list is transparent: its layers are children named by index,
 so the first layer's keys are ``past_key_values.0.keys``, not ``past_key_values.layers.0.keys``.
 """
 
@@ -74,6 +75,10 @@ def _split(obj: Any) -> tuple[list[tuple[str, Any]], tuple[str, int, tuple[str, 
         if _holds_tensors(value):
             attr_children.append(name)
             named.append((name, value))
+        elif isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            # A counter that follows the input shape (e.g. a sliding layer's ``cumulative_length``) is
+            # symbolic while tracing; a frozen spec cannot hold it, so the rebuilt object gets None.
+            static[name] = None
         else:
             static[name] = value
     n_layers = -1 if layers is None else len(layers)

@@ -85,5 +85,4 @@ def warn_on_version_drift() -> None:
     if drift:
         listing = ", ".join(f"{n} {pinned} pinned, {got} installed" for n, (pinned, got) in sorted(drift.items()))
         message = f"export-sweep patches target the pinned versions; drift detected: {listing}"
-        logger.warning(message)
         warnings.warn(message, VersionDriftWarning, stacklevel=3)

@@ -1,0 +1,143 @@
+"""Dynamic shapes: the ``dynamic=True`` spec, and the report of dims torch.export made static anyway.
+
+``dynamic=True`` marks every dim of every tensor leaf ``Dim.AUTO``, cache leaves included (a cache object's
+spec is the list of its pytree children's specs, which is what torch.export expects of a custom node).
+``Dim.AUTO`` lets torch.export *decide*: a dim traced at size 1, or tied to a constant (an image count, a
+fixed number of positions), is silently specialised, and the program then accepts only that size. That is
+the most common surprise for users of torch.export, so after every dynamic export the requested dims are
+compared with the program's placeholders and each one that came out static is named in one warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.export import Dim
+
+from engine.pytree import _flatten, is_cache_object, iter_leaf_tensors
+
+logger = logging.getLogger("engine")
+
+
+class SpecialisationWarning(UserWarning):
+    """An input dim asked to be dynamic was exported as a static size."""
+
+
+def _pytree_children(obj: Any) -> list[Any] | None:
+    """Children in the order torch.export pairs them with a dynamic-shapes spec."""
+    if is_cache_object(obj):
+        return _flatten(obj)[0]
+    if isinstance(obj, Mapping):
+        return list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return list(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+    return None
+
+
+def auto_dynamic_shapes(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """``{name: spec}`` marking every dim of every tensor leaf ``Dim.AUTO``."""
+
+    def spec(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return {d: Dim.AUTO for d in range(value.ndim)}
+        kids = _pytree_children(value)
+        if kids is None:
+            return None
+        if isinstance(value, Mapping) and not is_cache_object(value):
+            return {k: spec(v) for k, v in value.items()}
+        if isinstance(value, tuple):
+            return tuple(spec(v) for v in kids)
+        return [spec(v) for v in kids]
+
+    return {name: spec(value) for name, value in inputs.items()}
+
+
+def _leaf_specs(value: Any, spec: Any) -> list[Any]:
+    """The spec of each tensor leaf of ``value``, in flatten order (``None`` where none was given)."""
+    if isinstance(value, torch.Tensor):
+        return [spec]
+    kids = _pytree_children(value)
+    if kids is None:
+        return []
+    if isinstance(value, Mapping) and not is_cache_object(value):
+        specs = [spec.get(k) for k in value] if isinstance(spec, Mapping) else [None] * len(kids)
+    else:
+        specs = list(spec) if isinstance(spec, (list, tuple)) and len(spec) == len(kids) else [None] * len(kids)
+    return [s for kid, kid_spec in zip(kids, specs) for s in _leaf_specs(kid, kid_spec)]
+
+
+def _requested_dims(spec: Any) -> list[int]:
+    if isinstance(spec, Mapping):
+        return [d for d, v in spec.items() if v is not None and v is not Dim.STATIC]
+    if isinstance(spec, (list, tuple)):
+        return [d for d, v in enumerate(spec) if v is not None and v is not Dim.STATIC]
+    return []
+
+
+@dataclass(frozen=True)
+class SpecialisedDim:
+    input_name: str
+    dim: int
+    traced_size: int
+
+    def __str__(self) -> str:
+        return f"{self.input_name} dim {self.dim} (traced size {self.traced_size})"
+
+
+def specialised_dims(program: torch.export.ExportedProgram, inputs: Mapping[str, Any], dynamic_shapes: Any) -> list[SpecialisedDim]:
+    """Dims requested dynamic in ``dynamic_shapes`` that the exported program accepts at one size only."""
+    if not isinstance(dynamic_shapes, Mapping):
+        return []
+    leaves = [(name, t) for key, value in inputs.items() for name, t in iter_leaf_tensors(value, key)]
+    leaf_specs = [s for key, value in inputs.items() for s in _leaf_specs(value, dynamic_shapes.get(key))]
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    user_tensor_inputs = [
+        spec.arg.name
+        for spec in program.graph_signature.input_specs
+        if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
+        and isinstance(spec.arg, torch.export.graph_signature.TensorArgument)
+    ]
+    if len(user_tensor_inputs) != len(leaves):
+        logger.debug("specialisation report skipped: %d placeholders for %d leaves", len(user_tensor_inputs), len(leaves))
+        return []
+    out = []
+    for (name, tensor), leaf_spec, placeholder in zip(leaves, leaf_specs, user_tensor_inputs):
+        val = placeholders[placeholder].meta.get("val")
+        if val is None:
+            continue
+        for d in _requested_dims(leaf_spec):
+            if d < val.ndim and _is_static(val.shape[d], program):
+                out.append(SpecialisedDim(name, d, int(tensor.shape[d])))
+    return out
+
+
+def _is_static(size: Any, program: torch.export.ExportedProgram) -> bool:
+    if isinstance(size, int):
+        return True
+    expr = size.node.expr
+    if expr.is_number:
+        return True
+    if expr in program.range_constraints:
+        vr = program.range_constraints[expr]
+        return vr.lower == vr.upper
+    return False
+
+
+def warn_specialised(model_name: str, dims: list[SpecialisedDim]) -> None:
+    if not dims:
+        return
+    listing = "; ".join(map(str, dims))
+    message = (
+        f"{model_name}: {len(dims)} input dim(s) asked to be dynamic were exported as static sizes, so the program "
+        f"accepts only these sizes: {listing}. Trace with sizes > 1 and distinct across dims, or pass explicit "
+        f"dynamic_shapes to get an error naming the cause."
+    )
+    warnings.warn(message, SpecialisationWarning, stacklevel=4)

@@ -1,0 +1,75 @@
+"""Forward-signature flattening and model-state clean-up around a trace.
+
+``torch.export`` binds sample inputs to ``inspect.signature(model.forward)``. A transformers forward takes
+most of its arguments through ``**kwargs``, which torch.export would see as one opaque dict. During the
+trace the instance gets an explicit forward whose parameters are exactly the traced input names, in order,
+and which binds the output flags (``use_cache=...``) as constants. Nothing of it survives the context.
+
+Tracing may also leave FakeTensors in module attributes a forward caches on ``self`` (rotary tables, cached
+keys, ...). :func:`restore_module_state` snapshots every module's plain attributes and buffers and puts back
+whatever the trace replaced, so an eager forward after export still works.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+from engine.patches import swap_attributes
+from engine.pytree import is_cache_object, iter_leaf_tensors
+
+_SKIP_ATTRS = frozenset({"_parameters", "_buffers", "_modules", "training"})
+
+
+@contextlib.contextmanager
+def flat_forward(model: torch.nn.Module, input_names: list[str], flags: dict[str, Any]) -> Iterator[None]:
+    """Give ``model`` an explicit ``forward(<input_names>)`` that calls the original with ``**flags`` bound."""
+    original = model.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        bound = dict(zip(input_names, args))
+        bound.update(kwargs)
+        return original(**bound, **flags)
+
+    forward.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in input_names]
+    )
+    forward.__name__ = "forward"
+    with swap_attributes([(model, "forward", forward)]):
+        yield
+
+
+def _has_fake(value: Any) -> bool:
+    if isinstance(value, FakeTensor):
+        return True
+    if isinstance(value, (dict, list, tuple)) or is_cache_object(value):
+        return any(isinstance(t, FakeTensor) for _, t in iter_leaf_tensors(value))
+    return False
+
+
+@contextlib.contextmanager
+def restore_module_state(model: torch.nn.Module) -> Iterator[None]:
+    """Undo attribute and buffer changes that tracing left behind as FakeTensors."""
+    snapshot = []
+    for module in model.modules():
+        attrs = {k: v for k, v in vars(module).items() if k not in _SKIP_ATTRS}
+        snapshot.append((module, attrs, dict(module._buffers)))
+    try:
+        yield
+    finally:
+        for module, attrs, buffers in snapshot:
+            for name in [k for k in vars(module) if k not in _SKIP_ATTRS]:
+                value = vars(module)[name]
+                if _has_fake(value):
+                    if name in attrs:
+                        vars(module)[name] = attrs[name]
+                    else:
+                        del vars(module)[name]
+            for name, value in list(module._buffers.items()):
+                if isinstance(value, FakeTensor) and name in buffers:
+                    module._buffers[name] = buffers[name]

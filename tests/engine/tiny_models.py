@@ -1,0 +1,162 @@
+"""Twelve tiny random architectures for the exporter tests, written by hand.
+
+Each entry builds a model in eval mode and sample inputs at two shapes: ``trace`` (what the model is
+exported with; batch 2 so torch.export does not specialise the batch dim) and ``run`` (a different batch
+and sequence length / image count, inside what the architecture allows) to prove dynamic shapes.
+The sweep's zoo synthesises configs for every class; these stay hand-written so engine tests do not
+depend on the zoo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import transformers as tf
+
+
+@dataclass(frozen=True)
+class TinyModel:
+    name: str
+    build: Callable[[], torch.nn.Module]
+    make_inputs: Callable[[int, int, int], dict]  # (batch, length, seed) -> inputs
+    trace_shape: tuple[int, int] = (2, 7)
+    run_shape: tuple[int, int] = (3, 5)
+    #: input dims that the architecture fixes (torch.export specialises them; the report warns)
+    fixed_dims: tuple[str, ...] = field(default=())
+
+    def model(self) -> torch.nn.Module:
+        torch.manual_seed(0)
+        return self.build().eval()
+
+    def inputs(self, which: str = "trace", seed: int = 0) -> dict:
+        batch, length = self.trace_shape if which == "trace" else self.run_shape
+        return self.make_inputs(batch, length, seed)
+
+
+VOCAB = 96
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _text(batch: int, length: int, seed: int, vocab: int = VOCAB, **extra) -> dict:
+    g = _gen(seed)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[0, : length // 3] = 0  # left padding on one row exercises the mask path
+    return {"input_ids": torch.randint(0, vocab, (batch, length), generator=g), "attention_mask": mask, **extra}
+
+
+def _pixels(batch: int, seed: int, size: int = 32, channels: int = 3) -> torch.Tensor:
+    return torch.randn(batch, channels, size, size, generator=_gen(seed + 1))
+
+
+_DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, max_position_embeddings=128)
+
+TINY_MODELS: dict[str, TinyModel] = {
+    m.name: m
+    for m in [
+        TinyModel(
+            "llama",
+            lambda: tf.LlamaForCausalLM(tf.LlamaConfig(**_DECODER, num_attention_heads=4, num_key_value_heads=2, head_dim=8)),
+            _text,
+        ),
+        TinyModel(
+            "gpt2",
+            lambda: tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=128)),
+            _text,
+        ),
+        TinyModel(
+            "qwen3",
+            lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(**_DECODER, num_attention_heads=4, num_key_value_heads=2, head_dim=8)),
+            _text,
+        ),
+        TinyModel(
+            "gemma3_text",
+            lambda: tf.Gemma3ForCausalLM(
+                tf.Gemma3TextConfig(
+                    **{**_DECODER, "num_hidden_layers": 3},
+                    num_attention_heads=4,
+                    num_key_value_heads=1,
+                    head_dim=8,
+                    sliding_window=4,
+                    layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                )
+            ),
+            _text,
+            trace_shape=(2, 9),
+            run_shape=(3, 6),
+        ),
+        TinyModel(
+            "mixtral",
+            lambda: tf.MixtralForCausalLM(
+                tf.MixtralConfig(**_DECODER, num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2)
+            ),
+            _text,
+        ),
+        TinyModel(
+            "mamba2",
+            lambda: tf.Mamba2ForCausalLM(
+                tf.Mamba2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_heads=8, head_dim=8, expand=2, n_groups=1, state_size=8, chunk_size=4, conv_kernel=4)
+            ),
+            lambda b, n, s: {"input_ids": _text(b, n, s)["input_ids"]},
+        ),
+        TinyModel(
+            "bert",
+            lambda: tf.BertForMaskedLM(tf.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=128)),
+            lambda b, n, s: _text(b, n, s, token_type_ids=torch.zeros(b, n, dtype=torch.long)),
+        ),
+        TinyModel(
+            "t5",
+            lambda: tf.T5ForConditionalGeneration(tf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0)),
+            lambda b, n, s: _text(b, n, s, decoder_input_ids=torch.randint(0, VOCAB, (b, max(n - 2, 2)), generator=_gen(s + 7))),
+        ),
+        TinyModel(
+            "whisper",
+            lambda: tf.WhisperForConditionalGeneration(
+                tf.WhisperConfig(
+                    vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                    encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=8, max_source_positions=16, max_target_positions=64,
+                    decoder_start_token_id=1, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                    begin_suppress_tokens=None, suppress_tokens=None,
+                )
+            ),
+            lambda b, n, s: {
+                "input_features": torch.randn(b, 8, 32, generator=_gen(s)),
+                "decoder_input_ids": torch.randint(0, VOCAB, (b, n), generator=_gen(s + 1)),
+            },
+            fixed_dims=("input_features dim 2",),  # the encoder requires 2 * max_source_positions frames
+        ),
+        TinyModel(
+            "vit",
+            lambda: tf.ViTForImageClassification(tf.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, num_labels=3)),
+            lambda b, n, s: {"pixel_values": _pixels(b, s)},
+            fixed_dims=("pixel_values dim 1", "pixel_values dim 2", "pixel_values dim 3"),  # channels, position table
+        ),
+        TinyModel(
+            "convnext",
+            lambda: tf.ConvNextForImageClassification(tf.ConvNextConfig(num_channels=3, hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1], num_labels=3)),
+            # any multiple of 32 px works, but the last stage must stay above 1x1 (torch.export assumes a
+            # dim traced at 2 is never 1, so a 64 px trace accepts >= 64 px)
+            lambda b, n, s: {"pixel_values": _pixels(b, s, size=8 * n)},
+            trace_shape=(2, 8),
+            run_shape=(3, 12),
+            fixed_dims=("pixel_values dim 1",),  # channels
+        ),
+        TinyModel(
+            "clip",
+            lambda: tf.CLIPModel(
+                tf.CLIPConfig(
+                    text_config=dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=32),
+                    vision_config=dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4),
+                    projection_dim=16,
+                )
+            ),
+            # text count (batch) and image count (length // 2) vary independently
+            lambda b, n, s: _text(b, n, s) | {"pixel_values": _pixels(max(n // 2, 2), s)},
+            fixed_dims=("pixel_values dim 1", "pixel_values dim 2", "pixel_values dim 3"),
+        ),
+    ]
+}
