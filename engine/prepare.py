@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from transformers import PreTrainedModel
+from transformers.utils.generic import TransformersKwargs
 
 from engine.errors import InputError, ModelError
 from engine.pytree import map_structure
@@ -58,7 +60,8 @@ def accepted_input_names(model: torch.nn.Module) -> tuple[set[str], bool]:
     """Names ``model.forward`` takes, and whether it also takes arbitrary extra keywords.
 
     A ``**kwargs: Unpack[SomeTypedDict]`` parameter (the transformers idiom) accepts exactly the keys of
-    that TypedDict; a bare ``**kwargs`` accepts anything.
+    that TypedDict; so does an unannotated ``**kwargs`` of a ``PreTrainedModel``, whose extra keywords are
+    ``TransformersKwargs`` by convention. A bare ``**kwargs`` of any other module accepts anything.
     """
     sig = inspect.signature(model.forward)
     names: set[str] = set()
@@ -66,6 +69,8 @@ def accepted_input_names(model: torch.nn.Module) -> tuple[set[str], bool]:
     for param in sig.parameters.values():
         if param.kind is inspect.Parameter.VAR_KEYWORD:
             typed = _unpacked_typeddict(model.forward, param.name)
+            if typed is None and isinstance(model, PreTrainedModel):
+                typed = set(TransformersKwargs.__required_keys__) | set(TransformersKwargs.__optional_keys__)
             if typed is None:
                 open_ended = True
             else:

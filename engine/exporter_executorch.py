@@ -1,0 +1,401 @@
+"""``ExecutorchExporter``: a model and sample inputs become an ``ExecutorchProgramManager`` (a ``.pte``).
+
+``export()`` reads top to bottom as the pipeline:
+
+1. **Backend preparation** (:data:`BACKENDS`): move the model to the backend's device/dtype and pick its
+   partitioner (``xnnpack``: CPU/fp32, ``XnnpackPartitioner``; ``cuda``: CUDA/bf16, ``CudaPartitioner``).
+2. **Torch patches** (``apply_patches("executorch")`` during ``torch.export``, via :meth:`DynamoExporter.trace`).
+3. **ExecuTorch patches** (``apply_patches("executorch")`` around ``to_edge_transform_and_lower`` /
+   ``to_executorch``). Stages 2 and 3 share one registry, in :mod:`engine.executorch_patches`.
+4. **FX program fixes**: cap ``int_oo`` upper bounds from the model config (see :func:`_fix_unbounded_dims`).
+5. **FX node fixes**: per-node rewrites before lowering.
+
+Then lowering with the partitioner and ``to_executorch``. The ``.pte`` is self-describing: a constant method
+``export_sweep_meta`` returns a JSON string with the input leaf names, dtypes and per-dim ``[min, max]``
+bounds, and the output leaf names, which :func:`engine.run_exported` uses to feed inputs in the program's
+order, reject out-of-bounds shapes with a clear error, and name the outputs like ``get_leaf_tensors``.
+
+>>> manager = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(dynamic=True))
+>>> ExecutorchExporter.save(manager, "model.pte")      # or manager.write_to_file(open("model.pte", "wb"))
+>>> run_exported("model.pte", inputs)                   # {"logits": ...}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+from engine.configs import ExecutorchConfig
+from engine.errors import ConfigError, ExportStageError, MissingDependencyError, require
+from engine.exporter_dynamo import DynamoExporter
+from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches, register_fx_program_fix
+from engine.prepare import model_name, split_inputs
+from engine.pytree import iter_leaf_tensors
+
+logger = logging.getLogger("engine")
+
+#: name of the constant method that carries the program's metadata (a JSON string) inside the ``.pte``
+META_METHOD = "export_sweep_meta"
+META_FORMAT = "export-sweep/executorch/1"
+
+
+class UnboundedDimWarning(UserWarning):
+    """Dynamic dims without an upper bound were given a finite one for ExecuTorch memory planning."""
+
+
+# ── Stage 1: Backend preparation ──────────────────────────────────────────────────────────────────
+# A backend is a function ``prepare(model) -> (model, partitioners)``: move the model where the backend
+# runs and build the partitioner list for ``to_edge_transform_and_lower``. Inputs are then cast to the
+# model's dtype/device by ``prepare_for_export`` inside the trace. Add a backend: write
+# ``_prepare_<name>`` and decorate it with ``@register_backend("<name>")``.
+
+BACKENDS: dict[str, Callable[[torch.nn.Module], tuple[torch.nn.Module, list]]] = {}
+
+
+def register_backend(name: str):
+    def decorator(fn):
+        BACKENDS[name] = fn
+        return fn
+
+    return decorator
+
+
+def backend_prepare(name: str):
+    if name not in BACKENDS:
+        raise ConfigError(f"unknown ExecuTorch backend {name!r}; known backends: {', '.join(BACKENDS)}")
+    return BACKENDS[name]
+
+
+def _use_batched_experts(model: torch.nn.Module) -> None:
+    """MoE experts default to ``grouped_mm``, which has no ExecuTorch kernel: use ``batched_mm``."""
+    can_set = getattr(model, "_can_set_experts_implementation", None)
+    if can_set is not None and can_set():
+        model.set_experts_implementation("batched_mm")
+
+
+@register_backend("xnnpack")
+def _prepare_xnnpack(model: torch.nn.Module):
+    """CPU, fp32, ``XnnpackPartitioner``; ops XNNPACK does not take stay on the portable CPU kernels."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    model = model.to(device="cpu", dtype=torch.float32)
+    _use_batched_experts(model)
+    return model, [XnnpackPartitioner()]
+
+
+@register_backend("cuda")
+def _prepare_cuda(model: torch.nn.Module):
+    """CUDA, bf16, ``CudaPartitioner`` (AOTInductor). Needs a CUDA device and ExecuTorch's CUDA backend."""
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            "ExecutorchConfig(backend='cuda') needs a CUDA device, but torch.cuda.is_available() is False on this "
+            "machine (torch " + torch.__version__ + "); use backend='xnnpack' for CPU"
+        )
+    try:
+        from executorch.backends.cuda.cuda_backend import CudaBackend
+        from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"ExecuTorch's CUDA backend cannot be imported ({type(e).__name__}: {e}); it needs an executorch build "
+            "with CUDA support and triton; use backend='xnnpack' for CPU"
+        ) from e
+    model = model.to(device="cuda", dtype=torch.bfloat16)
+    _use_batched_experts(model)
+    return model, [CudaPartitioner([CudaBackend.generate_method_name_compile_spec("forward")])]
+
+
+# ── Exporter ──────────────────────────────────────────────────────────────────────────────────────
+
+
+class ExecutorchExporter(DynamoExporter):
+    """Export a ``PreTrainedModel`` (any ``nn.Module``) to ExecuTorch, lowered to the configured backend.
+
+    Note that backend preparation moves the model in place (``model.to(...)``), like ``nn.Module.to`` does.
+    """
+
+    config_class = ExecutorchConfig
+    patch_backends = ("dynamo", "executorch")
+
+    def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: ExecutorchConfig | Mapping | None = None):
+        require("executorch", "executorch")
+        import engine.executorch_patches  # noqa: F401  (registers the patches and fixes)
+
+        config = self.config_class.coerce(config)
+        prepare = backend_prepare(config.backend)
+        name = model_name(model)
+
+        # ── Stage 1: Backend preparation ─────────────────────────────────────────────────────────
+        model, partitioners = prepare(model)
+
+        # ── Stage 2: Torch patches (active during the trace through patch_backends) ────────────
+        program = self.trace(model, inputs, config)
+        traced_inputs, _ = split_inputs(inputs)
+
+        # ── Stage 4: FX program fixes ────────────────────────────────────────────────────────────
+        program.graph_module.meta[DIM_LIMITS_KEY] = DimLimits.from_model(model, name)
+        apply_fx_program_fixes("executorch", program)
+        program.graph_module.meta.pop(DIM_LIMITS_KEY, None)
+
+        # ── Stage 5: FX node fixes ───────────────────────────────────────────────────────────────
+        apply_fx_node_fixes("executorch", program.graph_module)
+
+        meta = program_metadata(program, traced_inputs, name, config.backend)
+
+        # ── Stage 3: ExecuTorch patches (active during lowering) ─────────────────────────────────
+        from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+        with apply_patches("executorch"):
+            try:
+                edge = to_edge_transform_and_lower(
+                    program,
+                    partitioner=partitioners,
+                    compile_config=EdgeCompileConfig(),
+                    constant_methods={META_METHOD: json.dumps(meta)},
+                )
+                return edge.to_executorch()
+            except Exception as e:
+                raise ExportStageError("lower", name, e) from e
+
+    @staticmethod
+    def save(program, path: str | os.PathLike) -> str:
+        """Write ``program`` (the ``ExecutorchProgramManager`` from :meth:`export`) to ``path`` (a ``.pte``).
+
+        Same bytes as ``program.write_to_file(open(path, "wb"))``, streamed without a contiguous copy; unlike
+        ``ExecutorchProgramManager.save`` it raises instead of logging a failure. Returns the path.
+        """
+        path = os.fspath(path)
+        try:
+            with open(path, "wb") as f:
+                program.write_to_file(f)
+        except Exception as e:
+            raise ExportStageError("save", meta_of(program).get("model", type(program).__name__), e) from e
+        return path
+
+
+def meta_of(program) -> dict[str, Any]:
+    """The metadata dict stored in an ``ExecutorchProgramManager`` by :meth:`ExecutorchExporter.export`."""
+    getter = getattr(program, "_config_methods", None) or {}
+    text = getter.get(META_METHOD)
+    return json.loads(text) if isinstance(text, str) else {}
+
+
+# ── Stage 4: FX program fixes ─────────────────────────────────────────────────────────────────────
+# ``Dim.AUTO`` leaves most upper bounds at ``int_oo``. ExecuTorch plans memory for the upper bound of
+# every dynamic dim (and ``eval_upper_bound`` fails on ``int_oo``), so each unbounded dim needs a finite
+# cap: the larger the cap, the larger the plan. Caps come from the model config where it states a limit
+# (positions for sequence dims, image size for spatial dims) and from the traced size otherwise (batch).
+
+DIM_LIMITS_KEY = "export_sweep.dim_limits"
+
+#: config keys that bound a sequence length (looked up in the config and every sub-config)
+POSITION_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_target_positions",
+    "max_source_positions",
+    "n_ctx",
+    "max_seq_len",
+    "max_sequence_length",
+)
+IMAGE_KEYS = ("image_size",)
+#: a batch dim traced at ``b`` accepts up to ``max(BATCH_FACTOR * b, MIN_BATCH_CAP)``
+BATCH_FACTOR, MIN_BATCH_CAP = 4, 8
+#: a sequence/spatial dim the config states no limit for accepts up to ``max(LENGTH_FACTOR * traced, MIN_LENGTH_CAP)``
+LENGTH_FACTOR, MIN_LENGTH_CAP = 4, 256
+
+
+def _config_values(config: Any, keys: tuple[str, ...]) -> list[tuple[str, int]]:
+    """``(dotted key, value)`` for every ``key`` in the config dict and its nested sub-configs."""
+    found: list[tuple[str, int]] = []
+
+    def walk(d: Mapping, prefix: str) -> None:
+        for k, v in d.items():
+            if isinstance(v, Mapping):
+                walk(v, f"{prefix}{k}.")
+            elif k in keys:
+                vals = v if isinstance(v, (list, tuple)) else [v]
+                ints = [x for x in vals if isinstance(x, int) and not isinstance(x, bool) and x > 0]
+                if ints:
+                    found.append((prefix + k, max(ints)))
+
+    if config is not None and hasattr(config, "to_dict"):
+        walk(config.to_dict(), "")
+    return found
+
+
+@dataclass
+class DimLimits:
+    """The limits a model's config states for its dynamic dims, and where each came from."""
+
+    model: str
+    length: tuple[str, int] | None = None  # (config key, limit) for sequence-like dims
+    image: tuple[str, int] | None = None  # (config key, limit) for spatial dims of images
+
+    @classmethod
+    def from_model(cls, model: torch.nn.Module, name: str) -> DimLimits:
+        config = getattr(model, "config", None)
+        lengths = _config_values(config, POSITION_KEYS)
+        images = _config_values(config, IMAGE_KEYS)
+        # the largest stated limit: a cap above one sub-model's limit costs memory, one below rejects valid inputs
+        return cls(name, max(lengths, key=lambda kv: kv[1], default=None), max(images, key=lambda kv: kv[1], default=None))
+
+    def cap(self, role: str, traced: int) -> tuple[int, str]:
+        """``(cap, why)`` for a dim of ``role`` (``"batch"``, ``"length"``, ``"image"``) traced at ``traced``."""
+        if role == "batch":
+            return max(BATCH_FACTOR * traced, MIN_BATCH_CAP), f"batch: {BATCH_FACTOR} x traced {traced}"
+        stated = self.image if role == "image" else self.length
+        if stated is not None:
+            key, limit = stated
+            return max(limit, traced), f"config {key}={limit}"
+        return max(LENGTH_FACTOR * traced, MIN_LENGTH_CAP), f"no config limit: {LENGTH_FACTOR} x traced {traced}"
+
+
+def _dim_role(val: torch.Tensor, dim: int) -> str:
+    """Dim 0 is the batch; the spatial dims of a floating 4-D input are image dims; the rest are lengths."""
+    if dim == 0:
+        return "batch"
+    if val.ndim == 4 and val.is_floating_point() and dim >= 2:
+        return "image"
+    return "length"
+
+
+def _user_input_placeholders(program: torch.export.ExportedProgram) -> list[torch.fx.Node]:
+    from torch.export.graph_signature import InputKind, TensorArgument
+
+    names = [
+        s.arg.name
+        for s in program.graph_signature.input_specs
+        if s.kind == InputKind.USER_INPUT and isinstance(s.arg, TensorArgument)
+    ]
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    return [nodes[n] for n in names]
+
+
+def _shape_env(program: torch.export.ExportedProgram):
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        fake_mode = getattr(val, "fake_mode", None)
+        if fake_mode is not None and fake_mode.shape_env is not None:
+            return fake_mode.shape_env
+    return None
+
+
+@register_fx_program_fix("executorch")
+def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
+    """Pattern: dynamic dims whose upper bound is ``int_oo`` (every ``Dim.AUTO`` dim no guard bounded).
+
+    ExecuTorch's memory planning needs a finite upper bound for every dynamic dim and plans buffers at
+    that bound; ``int_oo`` fails ``eval_upper_bound``, and a large generic cap makes tiny models plan GBs.
+    Each unbounded input dim is capped from the model config (``max_position_embeddings`` and the like for
+    sequence dims, ``image_size`` for spatial dims) or, for the batch and for dims the config states no limit
+    for, from the traced size. Finite bounds (explicit ``Dim(min=, max=)``, or ones guards derived) are kept.
+    One :class:`UnboundedDimWarning` lists the caps. Both ``range_constraints`` (verifiers) and the shape
+    env's ``var_to_range`` (read by ExecuTorch's ``ConstraintBasedSymShapeEvalPass``) are updated.
+    Upstream: https://github.com/pytorch/executorch/issues/ — TODO: upstream issue not found
+    """
+    limits: DimLimits = program.graph_module.meta.get(DIM_LIMITS_KEY) or DimLimits("model")
+    shape_env = _shape_env(program)
+    ranges = program._range_constraints
+    env_ranges = shape_env.var_to_range if shape_env is not None else {}
+
+    def unbounded(sym) -> bool:
+        vr = ranges.get(sym, env_ranges.get(sym))
+        return vr is not None and isinstance(vr.upper, IntInfinity)
+
+    caps: dict[Any, tuple[int, str, str]] = {}  # symbol -> (cap, why, where)
+    for node in _user_input_placeholders(program):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        for d, size in enumerate(val.shape):
+            if not isinstance(size, torch.SymInt):
+                continue
+            expr = size.node.expr
+            if not (expr.is_symbol and unbounded(expr)):
+                continue
+            traced = int(size.node.hint) if size.node.hint is not None else 2
+            cap, why = limits.cap(_dim_role(val, d), traced)
+            if expr not in caps or cap > caps[expr][0]:
+                caps[expr] = (cap, why, f"{node.name} dim {d}")
+    # symbols no input dim is exactly (derived or data-dependent sizes) get the largest input cap
+    fallback = max((c for c, _, _ in caps.values()), default=MIN_LENGTH_CAP)
+    for table in (ranges, env_ranges):
+        for sym, vr in list(table.items()):
+            if isinstance(vr.upper, IntInfinity):
+                cap = caps.get(sym, (fallback, "", ""))[0]
+                lower = vr.lower if not isinstance(vr.lower, NegativeIntInfinity) else 0
+                table[sym] = ValueRanges(lower, max(cap, int(lower)))
+                if sym not in caps:
+                    caps[sym] = (cap, "largest input cap", f"internal size {sym}")
+    if caps:
+        listing = "; ".join(f"{where} <= {cap} ({why})" for cap, why, where in caps.values())
+        warnings.warn(
+            f"{limits.model}: {len(caps)} dynamic dim(s) had no upper bound and were capped for ExecuTorch memory "
+            f"planning: {listing}. Pass dynamic_shapes with torch.export.Dim(min=, max=) to choose the bounds.",
+            UnboundedDimWarning,
+            stacklevel=2,
+        )
+
+
+# ── Program metadata (stored in the .pte) ─────────────────────────────────────────────────────────
+
+
+def _bounds(size: Any, ranges: Mapping) -> list[int]:
+    if isinstance(size, int):
+        return [size, size]
+    vr = bound_sympy(size.node.expr, dict(ranges))
+    lo = int(vr.lower) if vr.lower.is_finite else 0
+    hi = int(vr.upper) if vr.upper.is_finite else -1  # -1: unbounded (cannot happen after the fix)
+    return [lo, hi]
+
+
+def program_metadata(program: torch.export.ExportedProgram, traced_inputs: Mapping[str, Any], name: str, backend: str) -> dict:
+    """Input leaves (name, dtype, per-dim ``[min, max]``) and output leaf names, in the program's flat order."""
+    from torch.export.graph_signature import OutputKind, TensorArgument
+
+    leaves = [(n, t) for key, value in traced_inputs.items() for n, t in iter_leaf_tensors(value, key)]
+    placeholders = _user_input_placeholders(program)
+    if len(placeholders) != len(leaves):
+        raise ExportStageError(
+            "export", name, RuntimeError(f"{len(placeholders)} tensor inputs in the program for {len(leaves)} input leaves")
+        )
+    shape_env = _shape_env(program)
+    ranges = {**(shape_env.var_to_range if shape_env is not None else {}), **program.range_constraints}
+    inputs = [
+        {"name": leaf, "dtype": str(node.meta["val"].dtype).removeprefix("torch."), "bounds": [_bounds(s, ranges) for s in node.meta["val"].shape]}
+        for (leaf, _), node in zip(leaves, placeholders)
+    ]
+    user_outputs = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    return {
+        "format": META_FORMAT,
+        "model": name,
+        "backend": backend,
+        "inputs": inputs,
+        "outputs": _output_names(program.call_spec.out_spec, [isinstance(s.arg, TensorArgument) for s in user_outputs]),
+    }
+
+
+def _output_names(out_spec, is_tensor: list[bool]) -> list[str | None]:
+    """The ``get_leaf_tensors`` name of each flat output (``None`` for non-tensor outputs).
+
+    The output treespec is unflattened with one marker tensor per leaf, whose value is its flat index, so
+    the names are exactly what ``get_leaf_tensors`` gives for the eager outputs (Cache pytrees included).
+    """
+    import torch.utils._pytree as pytree
+
+    markers = [torch.tensor(i) for i in range(out_spec.num_leaves)]
+    names: list[str | None] = [None] * out_spec.num_leaves
+    for leaf, marker in iter_leaf_tensors(pytree.tree_unflatten(markers, out_spec)):
+        i = int(marker)
+        if i < len(is_tensor) and is_tensor[i]:
+            names[i] = leaf
+    return names

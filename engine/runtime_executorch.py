@@ -1,0 +1,101 @@
+"""Runner for ExecuTorch artifacts: an ``ExecutorchProgramManager`` or a ``.pte`` path, on ``executorch.runtime``.
+
+The program's metadata (a JSON string returned by the constant method ``export_sweep_meta``, written by
+:class:`engine.exporter_executorch.ExecutorchExporter`) gives the input leaves in the program's order with
+their dtypes and per-dim ``[min, max]`` bounds, and the ``get_leaf_tensors`` name of every output. Inputs
+are checked against the bounds before the native runtime sees them: an out-of-bounds shape raises
+:class:`engine.InputError` naming the input, the dim and its bounds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import torch
+
+from engine.errors import ExportStageError, InputError, require
+from engine.pytree import get_leaf_tensors
+from engine.runtime import register_runner
+
+META_METHOD = "export_sweep_meta"
+
+
+def _is_executorch_artifact(artifact: Any) -> bool:
+    return type(artifact).__name__ == "ExecutorchProgramManager" or (
+        isinstance(artifact, (str, os.PathLike)) and os.fspath(artifact).endswith(".pte")
+    )
+
+
+def load_program(artifact: Any):
+    """``(executorch.runtime.Program, metadata dict)`` for a manager or a ``.pte`` path."""
+    runtime = require("executorch.runtime", "executorch")
+    label = os.fspath(artifact) if isinstance(artifact, (str, os.PathLike)) else "ExecutorchProgramManager"
+    try:
+        if isinstance(artifact, (str, os.PathLike)):
+            if not os.path.isfile(artifact):
+                raise FileNotFoundError(f"no such .pte file: {label}")
+            program = runtime.Runtime.get().load_program(os.fspath(artifact))
+        else:
+            program = runtime.Runtime.get().load_program(artifact.buffer)
+    except Exception as e:
+        raise ExportStageError("load", label, e) from e
+    if META_METHOD not in program.method_names:
+        raise InputError(
+            f"{label} has no '{META_METHOD}' method: it was not written by engine.ExecutorchExporter, so its input "
+            "order and output names are unknown; run it with executorch.runtime directly"
+        )
+    meta = json.loads(program.load_method(META_METHOD).execute([])[0])
+    return program, meta
+
+
+def check_inputs(meta: dict, inputs: dict[str, Any]) -> list[torch.Tensor]:
+    """The input tensors in the program's order, cast to its dtypes; :class:`InputError` on any mismatch."""
+    model = meta.get("model", "program")
+    given = get_leaf_tensors(inputs)
+    expected = [spec["name"] for spec in meta["inputs"]]
+    missing = [n for n in expected if n not in given]
+    extra = [n for n in given if n not in expected]
+    if missing or extra:
+        raise InputError(
+            f"{model}: the ExecuTorch program takes inputs {', '.join(expected)}"
+            + (f"; missing: {', '.join(missing)}" if missing else "")
+            + (f"; not taken: {', '.join(extra)}" if extra else "")
+        )
+    flat = []
+    for spec in meta["inputs"]:
+        name, bounds = spec["name"], spec["bounds"]
+        tensor = given[name]
+        if tensor.ndim != len(bounds):
+            raise InputError(f"{model}: input {name} has {tensor.ndim} dims, the program takes {len(bounds)}")
+        for d, (size, (lo, hi)) in enumerate(zip(tensor.shape, bounds)):
+            if not lo <= size <= hi:
+                allowed = f"exactly {lo}" if lo == hi else f"between {lo} and {hi}"
+                raise InputError(
+                    f"{model}: input {name} dim {d} is {size}, outside the exported bounds: it must be {allowed} "
+                    f"(shape {tuple(tensor.shape)}); export with dynamic_shapes Dim(min=, max=) covering it"
+                )
+        dtype = getattr(torch, spec["dtype"])
+        if tensor.dtype != dtype:
+            if tensor.is_floating_point() != dtype.is_floating_point:
+                raise InputError(f"{model}: input {name} is {tensor.dtype}, the program takes {dtype}")
+            tensor = tensor.to(dtype)
+        flat.append(tensor.detach().cpu().contiguous())
+    return flat
+
+
+@register_runner(_is_executorch_artifact)
+def run_executorch(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    program, meta = load_program(artifact)
+    flat = check_inputs(meta, inputs)
+    try:
+        outputs = program.load_method("forward").execute(flat)
+    except Exception as e:
+        raise ExportStageError("run", meta.get("model", "program"), e) from e
+    names = meta["outputs"]
+    if len(outputs) != len(names):
+        raise ExportStageError(
+            "run", meta.get("model", "program"), RuntimeError(f"{len(outputs)} outputs for {len(names)} output names")
+        )
+    return {name: out for name, out in zip(names, outputs) if name is not None}

@@ -1,0 +1,103 @@
+"""DynamoExporter on twelve tiny architectures: dynamic export runs at a new shape, static at the traced one."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+from engine import DynamoConfig, DynamoExporter, SpecialisationWarning, get_leaf_tensors, run_exported
+from engine.compare import compare_leaves
+from tests.engine.tiny_models import TINY_MODELS
+
+ATOL = RTOL = 1e-4
+
+
+def eager_leaves(model, inputs):
+    with torch.no_grad():
+        return get_leaf_tensors(model(**copy.deepcopy(inputs)))  # eager forward mutates caches in place
+
+
+@pytest.mark.parametrize("name", list(TINY_MODELS))
+def test_dynamic_export_runs_at_another_shape(name):
+    tiny = TINY_MODELS[name]
+    model = tiny.model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program = DynamoExporter().export(model, tiny.inputs("trace"), config=DynamoConfig(dynamic=True))
+
+    # the only dims torch.export may pin are the ones the architecture fixes, and the report names them
+    reported = [str(w.message) for w in caught if issubclass(w.category, SpecialisationWarning)]
+    for fixed in tiny.fixed_dims:
+        assert reported and fixed in reported[0], f"{fixed} specialised but not reported: {reported}"
+    if not tiny.fixed_dims:
+        assert not reported, reported
+
+    run_inputs = tiny.inputs("run", seed=1)
+    expected = eager_leaves(model, run_inputs)  # after export: the model must still run eagerly
+    got = run_exported(program, run_inputs)
+    comparison = compare_leaves(expected, got, atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+
+
+@pytest.mark.parametrize("name", list(TINY_MODELS))
+def test_static_export_at_traced_shape(name):
+    tiny = TINY_MODELS[name]
+    model = tiny.model()
+    inputs = tiny.inputs("trace")
+    program = DynamoExporter().export(model, inputs, config={"dynamic": False})
+    comparison = compare_leaves(eager_leaves(model, inputs), run_exported(program, inputs), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+    # a static program rejects another shape instead of computing garbage
+    with pytest.raises(Exception):
+        run_exported(program, tiny.inputs("run", seed=1))
+
+
+def test_cache_leaves_are_outputs_and_inputs():
+    """A decoder's cache leaves are named outputs, and a cache can be fed back as a graph input."""
+    tiny = TINY_MODELS["llama"]
+    model = tiny.model()
+    prefill = tiny.inputs("trace")
+    with torch.no_grad():
+        cache = model(**copy.deepcopy(prefill)).past_key_values
+    names = list(get_leaf_tensors(cache))
+    assert names == [f"{i}.{kv}" for i in range(2) for kv in ("keys", "values")]
+
+    batch, past = prefill["input_ids"].shape
+    step = {
+        "input_ids": torch.randint(0, 96, (batch, 3)),
+        "attention_mask": torch.ones(batch, past + 3, dtype=torch.long),
+        "past_key_values": cache,
+    }
+    program = DynamoExporter().export(model, step, config=DynamoConfig(dynamic=True))
+    got = run_exported(program, step)
+    expected = eager_leaves(model, step)
+    assert "past_key_values.1.values" in got
+    assert got["past_key_values.0.keys"].shape[2] == past + 3
+    comparison = compare_leaves(expected, got, atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+
+
+def test_explicit_dynamic_shapes_win_over_dynamic_flag():
+    tiny = TINY_MODELS["gpt2"]
+    model = tiny.model()
+    inputs = tiny.inputs("trace")
+    batch = torch.export.Dim("batch", min=1, max=8)
+    config = DynamoConfig(dynamic=True, dynamic_shapes={"input_ids": {0: batch}, "attention_mask": {0: batch}})
+    program = DynamoExporter().export(model, inputs, config=config)
+    placeholder = next(n for n in program.graph.nodes if n.name == "input_ids")
+    seq = placeholder.meta["val"].shape[1]
+    assert isinstance(seq, int), "sequence dim was not asked to be dynamic, so it must be static"
+    assert not isinstance(placeholder.meta["val"].shape[0], int)
+
+
+def test_output_flags_are_bound_not_traced():
+    tiny = TINY_MODELS["llama"]
+    model = tiny.model()
+    inputs = tiny.inputs("trace") | {"use_cache": False, "labels": torch.zeros(2, 7, dtype=torch.long)}
+    program = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True))
+    user_inputs = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    assert user_inputs == ["input_ids", "attention_mask"]
+    assert list(run_exported(program, inputs)) == ["logits"]  # no cache: use_cache=False was applied
