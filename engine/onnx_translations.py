@@ -1,0 +1,103 @@
+"""Stage 4 of :mod:`engine.exporter_onnx`: onnxscript translations for aten ops whose torchlib lowering is missing or wrong.
+
+``translation_table()`` is passed to ``torch.onnx.export(custom_translation_table=...)``. Each entry is an
+``_aten_<op>`` function traced by the exporter: it receives ``onnx_ir`` values for tensor arguments and plain
+Python values for attributes, and builds its result from ``op.*`` calls. Name each after the op it lowers,
+and say in its docstring which lowering it replaces and why (with the upstream issue).
+
+This module imports onnxscript; :mod:`engine.exporter_onnx` imports it only after checking the dependency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import onnx_ir as ir
+import torch
+from onnxscript.function_libs.torch_lib.ops.core import aten_bincount as _torchlib_bincount
+from onnxscript.function_libs.torch_lib.tensor_typing import INT64, IntType, TFloat, TReal, TTensor
+from onnxscript.onnx_opset import opset18 as op
+
+_ONNX_DTYPE: dict[torch.dtype, ir.DataType] = {
+    torch.float32: ir.DataType.FLOAT,
+    torch.float64: ir.DataType.DOUBLE,
+    torch.float16: ir.DataType.FLOAT16,
+    torch.bfloat16: ir.DataType.BFLOAT16,
+    torch.int32: ir.DataType.INT32,
+    torch.int64: ir.DataType.INT64,
+}
+
+
+def _aten_grouped_mm(mat_a: TFloat, mat_b: TFloat, offs: INT64, bias: TFloat | None = None, out_dtype: Any = None) -> TFloat:
+    """MoE grouped matmul: ``out[r] = mat_a[r] @ mat_b[g(r)]`` for rows sorted by group, ``offs`` = group ends.
+
+    Pattern: the experts of Mixtral-style MoE layers run as ``aten._grouped_mm`` (bf16 on CUDA) or, in fp32 and
+    on CPU, as transformers' opaque custom op ``transformers::grouped_mm_fallback`` (same ``(input, weight,
+    offs)`` contract). torchlib has no lowering for either, so the export stops with "No ONNX function found".
+    TODO: upstream issue not found (torchlib has no ``_grouped_mm``; the custom op is transformers-defined).
+
+    The group count ``G = mat_b.shape[0]`` is static (the number of experts), so the product unrolls into one
+    ``Slice`` of rows + ``MatMul`` per group and a final ``Concat``; an empty group slices zero rows. This never
+    materialises a per-row copy of the weights.
+    """
+    groups = mat_b.shape[0] if mat_b.shape is not None else None
+    if not isinstance(groups, int):
+        raise ValueError("_grouped_mm: the number of groups (mat_b.shape[0]) must be static to lower to ONNX")
+    axis0 = op.Constant(value_ints=[0])
+    ends = op.Cast(offs, to=ir.DataType.INT64.value)
+    start = op.Constant(value_ints=[0])
+    pieces = []
+    for g in range(groups):
+        end = op.Slice(ends, op.Constant(value_ints=[g]), op.Constant(value_ints=[g + 1]), axis0)
+        rows = op.Slice(mat_a, start, end, axis0)
+        weight = op.Gather(mat_b, op.Constant(value_int=g), axis=0)
+        piece = op.MatMul(rows, weight)
+        if bias is not None:
+            piece = op.Add(piece, op.Gather(bias, op.Constant(value_int=g), axis=0))
+        pieces.append(piece)
+        start = end
+    result = op.Concat(*pieces, axis=0) if groups > 1 else pieces[0]
+    if out_dtype is not None:
+        dtype = _ONNX_DTYPE[out_dtype] if isinstance(out_dtype, torch.dtype) else ir.DataType(out_dtype)
+        result = op.Cast(result, to=dtype.value)
+    return result
+
+
+def _aten_bincount(self: IntType, weights: TReal | None = None, minlength: int = 0) -> TTensor:
+    """``torch.bincount`` with ``weights``: a ``ScatterElements(reduction="add")`` of the weights into zeros.
+
+    Pattern: weighted histograms (``torch.bincount(ids, weights=w)``, e.g. per-expert load statistics in MoE
+    routers). torchlib's ``aten_bincount`` raises ``NotImplementedError("aten::bincount with weights is not
+    supported.")``. TODO: upstream issue not found (the limitation is stated in torchlib's docstring).
+
+    Without ``weights`` this defers to torchlib, whose lowering is correct. The output dtype follows torch:
+    float32 and float64 weights keep their dtype, any other weight dtype accumulates in float64.
+    """
+    if weights is None:
+        return _torchlib_bincount(self, None, minlength)
+    ids = op.Cast(self, to=ir.DataType.INT64.value)
+    axis0 = op.Constant(value_ints=[0])
+    # Append a 0 so ReduceMax is defined on an empty input; an empty input then gives depth 0 (or minlength).
+    biggest = op.ReduceMax(op.Concat(ids, op.Constant(value_ints=[0]), axis=0), axis0, keepdims=1)
+    non_empty = op.Cast(op.Greater(op.Size(ids), op.Constant(value_int=0)), to=ir.DataType.INT64.value)
+    depth = op.Mul(op.Add(biggest, op.Constant(value_ints=[1])), op.Unsqueeze(non_empty, axis0))
+    if minlength > 0:
+        depth = op.Max(depth, op.Constant(value_ints=[minlength]))
+    weight_dtype = weights.dtype
+    out_dtype = weight_dtype if weight_dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE) else ir.DataType.DOUBLE
+    values = op.Cast(weights, to=out_dtype.value)
+    zeros = op.ConstantOfShape(depth, value=ir.tensor([0], dtype=out_dtype))
+    return op.ScatterElements(zeros, ids, values, axis=0, reduction="add")
+
+
+def translation_table() -> dict[Callable, Callable]:
+    """``{torch op overload: onnxscript function}`` for ``torch.onnx.export(custom_translation_table=...)``."""
+    table: dict[Callable, Callable] = {torch.ops.aten.bincount.default: _aten_bincount}
+    if hasattr(torch.ops.aten, "_grouped_mm"):
+        table[torch.ops.aten._grouped_mm.default] = _aten_grouped_mm
+    # transformers registers its fallback custom op when its MoE integration is imported (any MoE model does)
+    fallback = getattr(getattr(torch.ops, "transformers", None), "grouped_mm_fallback", None)
+    if fallback is not None:
+        table[fallback.default] = _aten_grouped_mm
+    return table
