@@ -66,21 +66,25 @@ def _init_fields(cls: type) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(cls) if f.init and f.name not in SKIPPED_FIELDS]
 
 
-def raw_tree(config: PreTrainedConfig, is_root: bool = True) -> Node:
+def raw_tree(config: PreTrainedConfig, is_root: bool = True, from_defaults: bool = True) -> Node:
     """The raw-argument tree of ``config``.
 
-    For the root (built from no arguments) every non-config field takes its dataclass default. For a sub-config a
-    parent built, a field keeps its instance value where it differs from a fresh default instance of its class
-    (the parent passed it), else its dataclass default.
+    For a root built from no arguments (``from_defaults``) every non-config field takes its dataclass default. For
+    a root someone built with arguments (a contributor's config), fields keep their values, except per-layer lists
+    whose dataclass default is None: those were derived and are re-derived. For a sub-config a parent built, a
+    field keeps its instance value where it differs from a fresh default instance of its class (the parent passed
+    it), else its dataclass default.
     """
     cls = type(config)
+    if is_root and not from_defaults:
+        return _instance_tree(config)
     fresh = None if is_root else _fresh_default(cls)
     args: dict[str, Any] = {}
     children: dict[str, Node] = {}
     derived: dict[str, list] = {}
     fields = _init_fields(cls)
     for field in fields:
-        value = getattr(config, field.name, dataclasses.MISSING)
+        value = _read(config, field.name)
         if isinstance(value, PreTrainedConfig):
             children[field.name] = raw_tree(value, is_root=False)
             continue
@@ -90,12 +94,26 @@ def raw_tree(config: PreTrainedConfig, is_root: bool = True) -> Node:
             if is_root and fresh is None and default is dataclasses.MISSING:
                 raw = value
         else:
-            raw = value if _differs(value, getattr(fresh, field.name, dataclasses.MISSING)) else default
+            raw = value if _differs(value, _read(fresh, field.name)) else default
         if raw is dataclasses.MISSING:
             raw = value
         if raw is None and isinstance(value, (list, tuple)) and value:
             derived[field.name] = list(value)
+        if raw is None and isinstance(value, dict) and any(isinstance(v, (list, dict)) for v in value.values()):
+            raw = value  # a derived structured default (multimodal rope sections) is kept so it can be rescaled
         args[field.name] = raw
+    if not is_root and fresh is not None:
+        # Extra keyword arguments a parent passed that are no dataclass field (kept as plain attributes).
+        known = {f.name for f in fields} | set(vars(fresh))
+        for key, value in vars(config).items():
+            if key not in known and not key.startswith("_") and not isinstance(value, PreTrainedConfig):
+                args[key] = value
+    for key, child in list(children.items()):
+        native = _native_backbone(cls, key, child)
+        if native is not None:
+            children[key] = native
+            if "use_timm_backbone" in {f.name for f in fields}:
+                args["use_timm_backbone"] = False
     for key in getattr(cls, "sub_configs", {}) or {}:
         value = getattr(config, key, None)
         if isinstance(value, PreTrainedConfig) and key not in children:
@@ -104,6 +122,49 @@ def raw_tree(config: PreTrainedConfig, is_root: bool = True) -> Node:
         args.pop(key, None)
     return Node(cls=cls, args=args, children=children, fields=frozenset(f.name for f in fields),
                 derived_patterns=derived)
+
+
+def _instance_tree(config: PreTrainedConfig) -> Node:
+    cls = type(config)
+    fields = _init_fields(cls)
+    args, children, derived = {}, {}, {}
+    for field in fields:
+        value = _read(config, field.name)
+        if isinstance(value, PreTrainedConfig):
+            children[field.name] = raw_tree(value, is_root=False)
+        elif value is dataclasses.MISSING:
+            continue
+        elif _field_default(field) is None and isinstance(value, (list, tuple)) and value:
+            derived[field.name] = list(value)
+            args[field.name] = None
+        else:
+            args[field.name] = value
+    return Node(cls=cls, args=args, children=children, fields=frozenset(f.name for f in fields),
+                derived_patterns=derived)
+
+
+def _native_backbone(cls: type, key: str, child: Node) -> Node | None:
+    """A transformers-native backbone in place of a timm one (timm needs torchvision, and a named timm model
+    would be built at full size): the config class's declared default sub-config, else a ResNet."""
+    if child.cls.__name__ != "TimmBackboneConfig":
+        return None
+    from transformers import CONFIG_MAPPING
+
+    spec = (getattr(cls, "sub_configs_defaults", {}) or {}).get(key)
+    model_type = getattr(spec, "model_type", None) or "resnet"
+    init_kwargs = dict(getattr(spec, "init_kwargs", None) or {})
+    out_indices = child.args.get("out_indices")
+    if out_indices and "out_features" not in init_kwargs:
+        init_kwargs["out_indices"] = list(out_indices)
+    return raw_tree(CONFIG_MAPPING[model_type](**init_kwargs), is_root=False)
+
+
+def _read(config: PreTrainedConfig, name: str) -> Any:
+    """A field's value; per-layer configs refuse to read some global attributes, then the stored one is used."""
+    try:
+        return getattr(config, name, dataclasses.MISSING)
+    except Exception:  # noqa: BLE001 - e.g. AmbiguousGlobalPerLayerAttributeError
+        return vars(config).get(name, dataclasses.MISSING)
 
 
 def _differs(a: Any, b: Any) -> bool:

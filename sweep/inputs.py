@@ -37,6 +37,8 @@ class Hints:
     """What the zoo learned from earlier failed attempts."""
 
     image_tokens: int | None = None
+    audio_tokens: int | None = None
+    feature_dim: int | None = None  # last dimension input_features must have
     text_len: int = SEQ
 
 
@@ -66,9 +68,11 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
         value = recipe(ctx)
         if value is not None:
             base[name] = value
+    for name, value in ctx.made.items():  # companions a recipe made on the way (image_grid_thw)
+        if name in params and name not in base and name not in NEVER:
+            base[name] = value
     variants = [base]
-    for name, alternatives in m.alternative_layouts(ctx, base).items():
-        variants += [{**base, name: alt} for alt in alternatives]
+    variants += [{**base, **update} for update in m.alternative_layouts(ctx, base)]
     missing = [n for n in _required(params) if n not in base and n not in NEVER]
     if missing:
         for v in variants:
@@ -77,7 +81,7 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
 
 
 # Inputs whose shapes others depend on come first (the image grid decides how many placeholder ids the text has).
-FIRST = ("pixel_values", "input_features", "input_values", "past_values", "input_ids", "decoder_input_ids")
+FIRST = ("pixel_values", "hidden_states", "input_features", "input_values", "past_values", "input_ids", "decoder_input_ids")
 
 
 def _priority(name: str) -> int:
@@ -91,6 +95,10 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
     names += [n for n in params if n in _required(params)]
     modalities = set(getattr(model, "input_modalities", ()) or ())
     for name in params:
+        if name in ("mm_token_type_ids", "pixel_attention_mask") and "pixel_values" in names:
+            names.append(name)
+        if name in m.WITH_FEATURES and "input_features" in names:
+            names.append(name)
         if name in m.ALWAYS_WITH_IDS and "input_ids" in names:
             names.append(name)
         if name in m.MODALITY_INPUTS.get("image", ()) and "image" in modalities:
@@ -104,6 +112,8 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
             names.append("decoder_attention_mask")
     if m.needs_time_series(params):
         names += [n for n in m.TIME_SERIES_INPUTS if n in params]
+    if all(n in params for n in m.TRAJECTORY_INPUTS):
+        names += list(m.TRAJECTORY_INPUTS)
     out = []
     for n in names:
         if n not in out and n not in NEVER:
@@ -111,17 +121,27 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
     return out
 
 
-_MISMATCH = re.compile(r"tokens:?\s*(\d+)\D{1,40}?features:?\s*(\d+)", re.IGNORECASE | re.DOTALL)
+# The models' own consistency checks, and what each one teaches.
+_PLACEHOLDERS = re.compile(r"(image|audio|video)?\s*(?:features|embeddings)? and (?:\w+ )?tokens do not match\W*"
+                           r"tokens:?\s*(\d+)\D{1,40}?features:?\s*(\d+)", re.IGNORECASE | re.DOTALL)
+_NORMALIZED = re.compile(r"normalized_shape=\[(\d+)\], expected input with shape \[\*, \1\], but got input of "
+                         r"size\s*\[(\d+), (\d+), (\d+)\]")
 
 
 def refine_hints(hints: Hints, exc: BaseException) -> bool:
-    """Learn the placeholder count from the model's own "tokens: X, features: Y" check; True when it changed."""
-    found = _MISMATCH.search(str(exc))
-    if not found:
+    """Learn from a model's own check what the inputs must look like; True when a hint changed."""
+    message = str(exc)
+    found = _PLACEHOLDERS.search(message)
+    if found:
+        modality = (found.group(1) or "image").lower()
+        per_row = max(1, int(found.group(3)) // BATCH)
+        field = "audio_tokens" if modality == "audio" else "image_tokens"
+        if getattr(hints, field) != per_row:
+            setattr(hints, field, per_row)
+            return True
         return False
-    features = int(found.group(2))
-    per_row = max(1, features // BATCH)
-    if hints.image_tokens == per_row:
-        return False
-    hints.image_tokens = per_row
-    return True
+    found = _NORMALIZED.search(message)
+    if found and hints.feature_dim != int(found.group(1)):
+        hints.feature_dim = int(found.group(1))
+        return True
+    return False

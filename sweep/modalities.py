@@ -15,10 +15,11 @@ import torch
 from transformers import PreTrainedConfig
 
 SEQ = 8
-WAVEFORM = 3200
+WAVEFORM = 8000
 AUDIO_FRAMES = 64
 
-ALWAYS_WITH_IDS = ("attention_mask",)
+ALWAYS_WITH_IDS = ("attention_mask", "bbox", "decoder_input_ids")
+WITH_FEATURES = ("input_features_mask", "feature_attention_mask", "input_features_attention_mask")
 MODALITY_INPUTS = {
     "image": ("pixel_values",),
     "audio": ("input_features", "input_values"),
@@ -127,13 +128,35 @@ def input_ids(ctx: Context) -> torch.Tensor:
     vocab = _vocab(ctx)
     length = ctx.hints.text_len
     ids = ctx.token_ids((ctx.batch, length), vocab)
+    eos = getattr(ctx.text_config(), "eos_token_id", None)
+    eos = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
+    if isinstance(eos, int) and 0 <= eos < vocab:  # classification heads of encoder-decoders pool on <eos>
+        ids[:, -1] = eos
     image_id = _image_token_id(ctx)
     if image_id is not None and "pixel_values" in ctx.params:
         n = ctx.hints.image_tokens or _guess_image_tokens(ctx)
-        placeholder = torch.full((ctx.batch, n), image_id, dtype=torch.long)
-        ids = torch.cat([ids[:, :1], placeholder, ids[:, 1:]], dim=1)
+        ids = _insert(ids, image_id, n)
+    audio_id = ctx.find("audio_token_id", "audio_token_index")
+    audio_input = next((k for k in ("input_features", "input_values") if k in ctx.params), None)
+    if audio_id is not None and audio_input is not None:
+        ids = _insert(ids, audio_id, ctx.hints.audio_tokens or 1)
     ctx.made["input_ids"] = ids
     return ids
+
+
+def _insert(ids: torch.Tensor, token: int, count: int) -> torch.Tensor:
+    """``count`` placeholder tokens after the first token of every row."""
+    placeholder = torch.full((ids.shape[0], count), token, dtype=torch.long)
+    return torch.cat([ids[:, :1], placeholder, ids[:, 1:]], dim=1)
+
+
+def mm_token_type_ids(ctx: Context) -> torch.Tensor | None:
+    """1 where an image placeholder sits (Qwen-VL style multimodal RoPE), 0 elsewhere."""
+    ids = ctx.made.get("input_ids")
+    image_id = _image_token_id(ctx)
+    if ids is None or image_id is None:
+        return None
+    return (ids == image_id).int()
 
 
 def _guess_image_tokens(ctx: Context) -> int:
@@ -161,7 +184,7 @@ def token_type_ids(ctx: Context) -> torch.Tensor | None:
 
 
 def decoder_input_ids(ctx: Context) -> torch.Tensor:
-    ids = ctx.token_ids((ctx.batch, 4), _vocab(ctx, decoder=True))
+    ids = ctx.token_ids((ctx.batch, ctx.hints.text_len), _vocab(ctx, decoder=True))
     start = ctx.find("decoder_start_token_id")
     if isinstance(start, int):
         ids[:, 0] = start
@@ -178,7 +201,7 @@ def bbox(ctx: Context) -> torch.Tensor:
     ids = ctx.made.get("input_ids")
     length = ids.shape[1] if ids is not None else SEQ
     corners = torch.randint(0, 1000, (ctx.batch, length, 2, 2), generator=ctx.gen).sort(dim=2).values
-    return corners.permute(0, 1, 3, 2).reshape(ctx.batch, length, 4)
+    return corners.reshape(ctx.batch, length, 4)  # (x0, y0, x1, y1) with x0 <= x1, y0 <= y1
 
 
 # -- vision ---------------------------------------------------------------------------------------------------
@@ -187,8 +210,12 @@ def bbox(ctx: Context) -> torch.Tensor:
 def pixel_values(ctx: Context) -> torch.Tensor:
     h, w = _image_side(ctx)
     c = _channels(ctx)
-    if "image_grid_thw" in ctx.params:
+    if "image_grid_thw" in ctx.params or "grid_thw" in ctx.params:
         return _patchified_pixels(ctx, c, h, w)
+    if "spatial_shapes" in ctx.params:
+        made = patch_sequence(ctx)
+        ctx.made.update(made)
+        return made["pixel_values"]
     frames = ctx.find("num_frames", where=lambda cfg: cfg is ctx.vision_config())
     if isinstance(frames, int) and frames > 0 and "video" in (getattr(ctx.model, "input_modalities", ()) or ()):
         return ctx.floats(ctx.batch, frames, c, h, w)
@@ -202,10 +229,39 @@ def _patchified_pixels(ctx: Context, c: int, h: int, w: int) -> torch.Tensor:
     patch = ctx.find("patch_size", default=14)
     temporal = ctx.find("temporal_patch_size", default=1)
     gh, gw = h // patch, w // patch
-    ctx.made["image_grid_thw"] = torch.tensor([[1, gh, gw]] * ctx.batch)
+    grid = torch.tensor([[1, gh, gw]] * ctx.batch)
+    ctx.made["image_grid_thw"] = ctx.made["grid_thw"] = grid
     merge = ctx.find("spatial_merge_size", "merge_size", default=1)
     ctx.hints.image_tokens = ctx.hints.image_tokens or (gh * gw) // (merge * merge)
     return ctx.floats(ctx.batch * gh * gw, c * temporal * patch * patch)
+
+
+def pixel_values_videos(ctx: Context) -> torch.Tensor:
+    """(B, frames, C, H, W); frames from the config (a multiple of the tubelet size where there is one)."""
+    h, w = _image_side(ctx)
+    frames = ctx.find("num_frames", "frames_per_clip", default=None) or 2 * int(ctx.find("tubelet_size", default=1))
+    return ctx.floats(ctx.batch, int(frames), _channels(ctx), h, w)
+
+
+def patch_sequence(ctx: Context) -> dict[str, torch.Tensor]:
+    """NaFlex style (Siglip2): (B, patches, C*P*P) with ``spatial_shapes`` and ``pixel_attention_mask``."""
+    h, w = _image_side(ctx)
+    patch = ctx.find("patch_size", default=16)
+    patches = int(ctx.find("num_patches", default=0) or (h // patch) * (w // patch))
+    side = int(patches ** 0.5)
+    return {"pixel_values": ctx.floats(ctx.batch, side * side, _channels(ctx) * patch * patch),
+            "spatial_shapes": torch.tensor([[side, side]] * ctx.batch),
+            "pixel_attention_mask": torch.ones(ctx.batch, side * side, dtype=torch.long)}
+
+
+def pixel_attention_mask(ctx: Context) -> torch.Tensor | None:
+    """Ones over the pixels (tiled layouts: one mask per tile)."""
+    if "pixel_attention_mask" in ctx.made:
+        return ctx.made["pixel_attention_mask"]
+    x = ctx.made.get("pixel_values")
+    if x is None or x.dim() < 4:
+        return None
+    return torch.ones(*x.shape[:-3], *x.shape[-2:], dtype=torch.bool)
 
 
 def image_grid_thw(ctx: Context) -> torch.Tensor | None:
@@ -232,33 +288,58 @@ def _mel_bins(ctx: Context) -> int:
 
 def _audio_frames(ctx: Context) -> int:
     positions = ctx.find("max_source_positions")
-    return 2 * positions if isinstance(positions, int) and positions > 0 else AUDIO_FRAMES
+    if isinstance(positions, int) and positions > 0:
+        return 2 * positions
+    frames = ctx.find("max_length")  # spectrogram transformers with fixed-length position embeddings
+    return frames if isinstance(frames, int) and frames > 0 else AUDIO_FRAMES
 
 
 def input_features(ctx: Context) -> torch.Tensor:
-    mels = _mel_bins(ctx)
+    mels = ctx.hints.feature_dim or _mel_bins(ctx)
     channels = ctx.find("input_channels", default=1) if ctx.find("input_feat_per_channel") else 1
-    return ctx.floats(ctx.batch, mels * channels, _audio_frames(ctx))
+    if ctx.hints.feature_dim:  # the model said which last dimension it wants: (B, T, F)
+        x = ctx.floats(ctx.batch, _audio_frames(ctx), mels)
+        ctx.made["input_features"] = x
+        return x
+    x = ctx.floats(ctx.batch, mels * channels, _audio_frames(ctx))
+    ctx.made["input_features"] = x
+    return x
+
+
+def features_mask(ctx: Context) -> torch.Tensor | None:
+    x = ctx.made.get("input_features")
+    return None if x is None else torch.ones(x.shape[0], x.shape[-1], dtype=torch.long)
 
 
 def input_values(ctx: Context) -> torch.Tensor:
     return ctx.floats(ctx.batch, WAVEFORM)
 
 
-def alternative_layouts(ctx: Context, base: dict[str, Any]) -> dict[str, list[torch.Tensor]]:
-    """Other layouts of the same sample, for inputs whose layout differs by family."""
-    out: dict[str, list[torch.Tensor]] = {}
+def alternative_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, Any]]:
+    """Other layouts of the same sample, for inputs whose layout differs by family (each an update of base)."""
+    out: list[dict[str, Any]] = []
     if isinstance(base.get("input_features"), torch.Tensor):
         x = base["input_features"]
-        out["input_features"] = [x.transpose(1, 2).contiguous()]
+        if x.dim() == 3:
+            t = x.transpose(1, 2).contiguous()
+            masks = {k: torch.ones(t.shape[0], t.shape[1], dtype=torch.long) for k in WITH_FEATURES if k in base}
+            out += [{"input_features": t, **masks}, {"input_features": t[:, None]}]
     if isinstance(base.get("input_values"), torch.Tensor):
         x = base["input_values"]
         channels = ctx.find("audio_channels", "num_channels", "in_channels", default=1)
-        out["input_values"] = [x[:, None, :].repeat(1, channels, 1).contiguous()]
+        out.append({"input_values": x[:, None, :].repeat(1, channels, 1).contiguous()})
     if isinstance(base.get("pixel_values"), torch.Tensor) and base["pixel_values"].dim() == 4:
-        x = base["pixel_values"]
-        out["pixel_values"] = [x[:, None]]  # (B, num_patches=1, C, H, W): tiled image layouts
+        tiled = {"pixel_values": base["pixel_values"][:, None]}  # (B, tiles=1, C, H, W) layouts
+        if "pixel_attention_mask" in base:
+            tiled["pixel_attention_mask"] = base["pixel_attention_mask"][:, None]
+        out.append(tiled)
+    text = {k: v for k, v in base.items() if k in CHOICE_INPUTS and isinstance(v, torch.Tensor) and v.dim() == 2}
+    if "input_ids" in text:  # multiple choice: (B, choices, S)
+        out.append({k: torch.stack([v, v.flip(1)], dim=1) for k, v in text.items()})
     return out
+
+
+CHOICE_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "bbox")
 
 
 # -- time series ----------------------------------------------------------------------------------------------
@@ -321,6 +402,20 @@ def static_real_features(ctx: Context) -> torch.Tensor | None:
     return ctx.floats(ctx.batch, n) if n else None
 
 
+# -- offline reinforcement learning (trajectories) ------------------------------------------------------------
+
+TRAJECTORY_INPUTS = ("states", "actions", "rewards", "returns_to_go", "timesteps")
+
+
+def _trajectory(ctx: Context, name: str) -> torch.Tensor:
+    length = 4
+    if name == "timesteps":
+        top = int(ctx.find("max_ep_len", default=16))
+        return torch.randint(0, max(1, top), (ctx.batch, length), generator=ctx.gen)
+    width = {"states": ctx.find("state_dim", default=4), "actions": ctx.find("act_dim", default=4)}.get(name, 1)
+    return ctx.floats(ctx.batch, length, int(width))
+
+
 # -- fallback for other required parameters -------------------------------------------------------------------
 
 
@@ -332,6 +427,9 @@ def fallback(ctx: Context, names: list[str]) -> dict[str, Any]:
             out[name] = torch.ones_like(ids) if ids is not None else torch.ones(ctx.batch, SEQ, dtype=torch.long)
         elif name.endswith("ids"):
             out[name] = ctx.token_ids((ctx.batch, SEQ), _vocab(ctx))
+        elif name.endswith("embeds"):
+            width = ctx.find("hidden_size", "d_model", default=32)
+            out[name] = ctx.floats(ctx.batch, SEQ, width)
     return out
 
 
@@ -344,10 +442,18 @@ RECIPES: dict[str, Callable[[Context], Any]] = {
     "bbox": bbox,
     "pixel_values": pixel_values,
     "image_grid_thw": image_grid_thw,
+    "grid_thw": lambda ctx: ctx.made.get("grid_thw"),
+    "spatial_shapes": lambda ctx: ctx.made.get("spatial_shapes"),
+    "pixel_attention_mask": pixel_attention_mask,
+    "pixel_values_videos": pixel_values_videos,
+    "mm_token_type_ids": mm_token_type_ids,
+    "hidden_states": lambda ctx: pixel_values(ctx) if "grid_thw" in ctx.params else None,
+    **{name: (lambda ctx, name=name: _trajectory(ctx, name)) for name in TRAJECTORY_INPUTS},
     "pixel_mask": pixel_mask,
     "image_sizes": image_sizes,
     "input_features": input_features,
     "input_values": input_values,
+    **{name: features_mask for name in WITH_FEATURES},
     "past_values": past_values,
     "past_observed_mask": past_observed_mask,
     "past_time_features": past_time_features,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 from sweep.config_tree import Node, build_config, raw_tree
@@ -62,7 +63,7 @@ PRIMARY_WIDTHS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "d_emb
 WIDTH_WORDS = ("hidden", "size", "dim", "embd", "embed", "d_model", "width", "channels", "proj")
 NOT_WIDTH_WORDS = ("intermediate", "ffn", "head_dim", "vocab", "position", "image", "patch", "max_", "num_",
                    "layers", "window", "kernel", "stride", "bucket", "chunk", "length", "sample", "mel", "rank",
-                   "group", "expert", "frame", "n_", "ratio", "feat", "_len", "seq", "token", "bins", "codebook",
+                   "group", "expert", "frame", "ratio", "feat", "_len", "seq", "token", "bins", "codebook",
                    "label", "class", "query", "rope", "rotary", "sliding", "local", "conv_dim", "pad", "offset",
                    "radius", "dilation", "block", "segment", "step", "scale", "dropout", "top", "size_per")
 INTERMEDIATE_WORDS = ("intermediate", "ffn_dim", "d_ff", "n_inner", "mlp_dim", "ff_dim", "ffn_hidden",
@@ -86,7 +87,10 @@ EXPERT_COUNTS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_nu
 EXPERT_TOP_K = ("num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token", "moe_k", "n_activated_experts",
                 "router_topk", "experts_per_token")
 SHARED_EXPERTS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
-GROUP_COUNTS = ("n_group", "topk_group", "num_expert_groups", "num_groups_for_routing")
+GROUP_COUNTS = ("n_group", "topk_group", "num_expert_groups", "num_groups_for_routing", "n_groups",
+                "mamba_n_groups", "ssm_n_groups")
+STATE_SIZES = ("state_size", "d_state", "ssm_state_size", "mamba_d_state", "d_conv_state")
+SMALL_STATE = 16
 LOW_RANKS = ("q_lora_rank", "kv_lora_rank", "o_lora_rank", "time_step_rank")
 ROPE_HEAD_DIMS = ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "qk_head_dim")
 VOCABS = ("vocab_size", "n_vocab", "text_vocab_size", "codebook_vocab_size", "target_vocab_size",
@@ -139,7 +143,8 @@ def tree_widths(node: Node) -> set[int]:
 
 def _is_width_name(key: str) -> bool:
     k = key.lower()
-    return any(w in k for w in WIDTH_WORDS) and not any(w in k for w in NOT_WIDTH_WORDS)
+    return (any(w in k for w in WIDTH_WORDS) and not any(w in k for w in NOT_WIDTH_WORDS)
+            and not k.startswith("n_"))
 
 
 def _is_intermediate_name(key: str) -> bool:
@@ -186,8 +191,9 @@ def _remap_tokens(node: Node, mapping: dict[int, int]) -> None:
 
 
 def _scale_channel_list(values: list[int], divisor: float, minimum: int) -> list[int]:
+    """Divide channel counts, rounding up to multiples of ``minimum``; counts below it (RGB inputs) stay."""
     step = minimum
-    return [max(minimum, int(math.ceil(v / divisor / step)) * step) for v in values]
+    return [v if v < minimum else max(minimum, int(math.ceil(v / divisor / step)) * step) for v in values]
 
 
 def _resample_pattern(pattern: list, layers: int) -> list:
@@ -203,7 +209,11 @@ def _resample_pattern(pattern: list, layers: int) -> list:
 
 
 def _hashable(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
 
 
 def min_layers(node: Node, profile: Profile, old_layers: int) -> int:
@@ -246,11 +256,19 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
         if _is_int(value) and value > 0 and old_heads:
             args[key] = heads if value >= old_heads else (1 if value == 1 else max(1, heads // 2))
 
-    if not profile.keep_geometry or True:
-        for key, value in list(args.items()):
-            if key in HEAD_DIMS and (_is_int(value) or value is None) and key in node.fields:
-                if _is_int(value) and value > 0 or (value is None and key == "head_dim" and old_heads):
-                    args[key] = max(4, new_width // heads)
+    old_head_dim = None
+    if old_width and old_heads:
+        old_head_dim = args.get("head_dim") if _is_int(args.get("head_dim")) else old_width // old_heads
+    new_head_dim = max(4, new_width // heads)
+    for key, value in list(args.items()):
+        if key in HEAD_DIMS and (_is_int(value) or value is None) and key in node.fields:
+            if _is_int(value) and value > 0 or (value is None and key == "head_dim" and old_heads):
+                args[key] = new_head_dim
+    # Rotary dims stay the same share of the head dim (and even).
+    for key in ("rotary_dim", "rotary_emb_dim", "rope_dim"):
+        value = args.get(key)
+        if _is_int(value) and value > 0 and old_head_dim:
+            args[key] = max(2, (value * new_head_dim // old_head_dim) // 2 * 2)
 
     # Widths: every width-like int equal to a model width becomes the tiny width.
     for key, value in list(args.items()):
@@ -280,15 +298,21 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
     for key in EXPERT_COUNTS:
         if _is_int(args.get(key)) and args[key] > profile.experts:
             args[key] = profile.experts
+    has_experts = any(_is_int(args.get(k)) and args[k] > 1 for k in EXPERT_COUNTS)
     for key in EXPERT_TOP_K:
         if _is_int(args.get(key)) and args[key] > profile.top_k:
             args[key] = profile.top_k
+        elif key in node.fields and args.get(key) is None and has_experts:
+            args[key] = profile.top_k  # a None top-k default is not runnable
     for key in SHARED_EXPERTS:
         if _is_int(args.get(key)) and args[key] > 1:
             args[key] = 1
     for key in GROUP_COUNTS:
         if _is_int(args.get(key)) and args[key] > 1:
             args[key] = 1
+    for key in STATE_SIZES:
+        if _is_int(args.get(key)) and args[key] > SMALL_STATE:
+            args[key] = SMALL_STATE
     for key in LOW_RANKS:
         if _is_int(args.get(key)) and args[key] > profile.low_rank:
             args[key] = profile.low_rank
@@ -299,21 +323,81 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
         args["first_k_dense_replace"] = 1
 
     # Vocab and positions.
-    for key in VOCABS:
+    for key in [k for k in args if k in VOCABS or "vocab" in k.lower()]:
         if _is_int(args.get(key)) and args[key] > profile.vocab:
             args[key] = profile.vocab
     for key in POSITIONS:
         if _is_int(args.get(key)) and args[key] > profile.max_positions:
             args[key] = profile.max_positions
+    if _is_int(args.get("max_length")) and args["max_length"] > profile.audio_positions * 2:
+        args["max_length"] = profile.audio_positions * 2  # spectrogram frames (AST) or generation length
     for key in AUDIO_POSITIONS:
         if _is_int(args.get(key)) and args[key] > profile.audio_positions:
             args[key] = profile.audio_positions
+
+    _fill_required_unset(node, profile, token_map)
 
     if not profile.keep_geometry:
         _shrink_vision(node, profile)
         _shrink_channel_lists(node, profile, old_width)
 
     _rescale_sections(node, heads)
+    _keep_state_space_product(node, heads)
+
+
+# Tokens per image: as many as patches (PaliGemma) or fewer after pooling (Gemma3): the ratio is kept.
+IMAGE_TOKEN_COUNTS = ("mm_tokens_per_image", "image_seq_length", "num_image_tokens", "image_token_count",
+                      "tokens_per_image", "num_image_embeds")
+
+
+def image_patches(root: Node) -> int | None:
+    """Patches per image of the first config in the tree with an image size and a patch size."""
+    for node in root.walk():
+        image, patch = node.args.get("image_size"), node.args.get("patch_size")
+        image = max(image) if _int_list(image) else image
+        patch = patch[0] if _int_list(patch) else patch
+        if _is_int(image) and _is_int(patch) and patch > 0:
+            return (image // patch) ** 2
+    return None
+
+
+def _scale_image_token_counts(root: Node, old: int | None, new: int | None) -> None:
+    if not old or not new or old == new:
+        return
+    for node in root.walk():
+        for key in IMAGE_TOKEN_COUNTS:
+            value = node.args.get(key)
+            if not _is_int(value) or value <= 0:
+                continue
+            scaled = min(new, max(1, round(value * new / old)))
+            if math.isqrt(value) ** 2 == value:  # square token grids stay square and tile the patch grid
+                side = math.isqrt(new)
+                scaled = max(d for d in range(1, side + 1) if side % d == 0 and d * d <= scaled) ** 2
+            node.args[key] = scaled
+
+
+def _keep_state_space_product(node: Node, heads: int) -> None:
+    """Mamba2-style blocks: ``expand * hidden_size == num_heads * head_dim``."""
+    args = node.args
+    width, expand, n_heads = primary_width(node), args.get("expand"), args.get("num_heads")
+    if _is_int(width) and _is_int(expand) and _is_int(n_heads) and _is_int(args.get("head_dim")):
+        inner = expand * width
+        args["num_heads"] = min(n_heads, max(1, inner // 8))
+        args["head_dim"] = inner // args["num_heads"]
+
+
+# Fields whose default is None but which a forward needs: a padding id (sequence classification with a batch > 1
+# finds the last non-pad token) and a forecast horizon.
+PREDICTION_LENGTH = 4
+HIERARCHICAL_WINDOW = 2
+
+
+def _fill_required_unset(node: Node, profile: Profile, token_map: dict[int, int]) -> None:
+    args = node.args
+    if "pad_token_id" in node.fields and args.get("pad_token_id") is None and _is_int(args.get("vocab_size")):
+        args["pad_token_id"] = min(args["vocab_size"], profile.vocab) - 1 - len(token_map)
+    if "prediction_length" in node.fields and args.get("prediction_length") is None:
+        args["prediction_length"] = PREDICTION_LENGTH
 
 
 def _shrink_vision(node: Node, profile: Profile) -> None:
@@ -322,11 +406,20 @@ def _shrink_vision(node: Node, profile: Profile) -> None:
     patch = patch[0] if _int_list(patch) else patch
     image = args.get("image_size")
     if _is_int(image) or _int_list(image):
+        stages = next((len(args[k]) for k in DEPTH_LISTS if _int_list(args.get(k))), 0)
         if _is_int(patch) and patch > 0:
-            side = patch * profile.image_grid
+            grid = max(profile.image_grid, 2 ** stages)  # hierarchical models halve the grid per stage
             merge = args.get("spatial_merge_size") or args.get("merge_size") or 1
             if _is_int(merge) and merge > 1:
-                side = patch * max(profile.image_grid, merge * 2)
+                grid = max(grid, merge * 2)
+            window = args.get("window_size")
+            if _is_int(window) and window % patch == 0 and window > patch:  # windows in pixels
+                grid = max(grid, window // patch)
+            elif _is_int(window) and stages > 1:  # windows in patches: the last stage still holds one window
+                window = min(window, HIERARCHICAL_WINDOW)
+                args["window_size"] = window
+                grid = max(grid, window * 2 ** (stages - 1))
+            side = patch * grid
         else:
             side = profile.conv_image_size
         old = image if _is_int(image) else max(image)
@@ -334,7 +427,8 @@ def _shrink_vision(node: Node, profile: Profile) -> None:
             args["image_size"] = side if _is_int(image) else type(image)(side for _ in image)
     for key in ("window_size",):
         value = args.get(key)
-        if _is_int(value) and value > profile.window:
+        pixel_window = _is_int(patch) and patch > 1 and _is_int(value) and value % patch == 0 and value > patch
+        if _is_int(value) and value > profile.window and not pixel_window:
             args[key] = profile.window
     for key in DEPTH_LISTS:
         if _int_list(args.get(key)):
@@ -351,7 +445,9 @@ def _shrink_channel_lists(node: Node, profile: Profile, old_width: int | None) -
     lists = {k: args[k] for k in CHANNEL_LISTS if _int_list(args.get(k))}
     if not lists:
         return
-    smallest = min(v for values in lists.values() for v in values if v > 0)
+    smallest = min((v for values in lists.values() for v in values if v >= profile.min_channel), default=0)
+    if not smallest:
+        return
     divisor = max(1.0, smallest / profile.min_channel)
     for key, values in lists.items():
         args[key] = type(values)(_scale_channel_list(list(values), divisor, profile.min_channel))
@@ -387,13 +483,81 @@ def _proportional(sections: list[int], total: int) -> list[int]:
 
 
 def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides: dict | None = None,
-                  base=None):
-    """A tiny, validated instance of ``config_class`` (or of ``base``'s class, starting from ``base``)."""
-    root = raw_tree(base if base is not None else config_class())
+                  base=None, implicit_defaults: dict | None = None):
+    """A tiny, validated instance of ``config_class`` (or of ``base``'s class, starting from ``base``).
+
+    ``implicit_defaults`` are values the modeling code assumes when a config leaves them out (learned from a
+    forward error by :func:`implicit_default_from_error`); they are added before shrinking so they shrink too.
+    """
+    root = raw_tree(base, from_defaults=False) if base is not None else raw_tree(config_class())
+    for node in root.walk():
+        for key, value in (implicit_defaults or {}).items():
+            if key in node.fields and isinstance(value, dict):
+                node.args[key] = {**(node.args.get(key) or {}), **value}
     widths = tree_widths(root)
     token_map = token_id_map(root, profile.vocab)
+    old_patches = image_patches(root)
     for node in root.walk():
         shrink_node(node, profile, widths, token_map)
+    _scale_image_token_counts(root, old_patches, image_patches(root))
     if overrides:
         root.apply(overrides)
-    return build_config(root)
+    return build_with_repairs(root)
+
+
+# -- values the modeling code assumes when the config leaves them out -----------------------------------------
+# Qwen-VL style models split the rotary frequencies with `rope_parameters.get("mrope_section", [16, 24, 24])`: a
+# default sized for head_dim 128. The forward error names the sections; they are added and rescaled.
+_SPLIT_SECTIONS = re.compile(r"split_with_sizes expects split_sizes to sum exactly to (\d+).*?split_sizes=\[([\d, ]+)\]")
+
+
+def implicit_default_from_error(message: str) -> dict | None:
+    found = _SPLIT_SECTIONS.search(message)
+    if not found:
+        return None
+    return {"rope_parameters": {"mrope_section": [int(v) for v in found.group(2).split(",")]}}
+
+
+# -- repairs from the config's own validation messages ---------------------------------------------------------
+# "`vision_config.out_hidden_size` (1024) must equal `text_config.hidden_size` (32)": the first field takes the
+# value of the second. Only equalities are repaired this way; any other message is the config_error reason.
+_EQUALITY = re.compile(
+    r"`?([\w.]+)`?\s*\((\d+)\)\s*(?:must|should)\s*(?:be\s*)?(?:equal|match)(?:\s*to)?\s*(?:the\s*)?"
+    r"(?:[\w ]*?)`?([\w.\[\]]+)`?\s*(?:\(|=\s*)(\d+)")
+MAX_REPAIRS = 6
+
+
+def build_with_repairs(root: Node):
+    last: Exception | None = None
+    for _ in range(MAX_REPAIRS + 1):
+        try:
+            return build_config(root)
+        except Exception as exc:  # noqa: BLE001 - parsed below; re-raised when no repair applies
+            last = exc
+            if not _repair_equality(root, str(exc)):
+                raise
+    raise last  # type: ignore[misc]
+
+
+def _repair_equality(root: Node, message: str) -> bool:
+    found = _EQUALITY.search(message)
+    if not found:
+        return False
+    path, value = found.group(1), int(found.group(4))
+    node, key = _resolve(root, path)
+    if node is None or node.args.get(key) == value:
+        return False
+    node.args[key] = value
+    return True
+
+
+def _resolve(root: Node, path: str) -> tuple[Node | None, str]:
+    parts = path.split(".")
+    node = root
+    for part in parts[:-1]:
+        node = node.children.get(part)
+        if node is None:
+            return None, parts[-1]
+    if parts[-1] not in node.args and parts[-1] not in node.fields:
+        return None, parts[-1]
+    return node, parts[-1]

@@ -22,7 +22,7 @@ import torch
 
 from sweep import catalog, inputs, overrides
 from sweep.errors import (CONFIG_ERROR, FORWARD_ERROR, INIT_ERROR, STAGE_ORDER, ZooError, as_missing_dependency)
-from sweep.shrink import PROFILES, Profile, shrink_config
+from sweep.shrink import PROFILES, Profile, implicit_default_from_error, shrink_config
 
 PARAMETER_BUDGET = 5_000_000
 MISMATCH_RETRIES = 3
@@ -55,14 +55,26 @@ class Case:
 
 
 def model_class(name: str) -> type:
+    """The class, from the top-level namespace or, for a class it does not export, its model type's module."""
+    import importlib
+
     import transformers
 
     try:
         return getattr(transformers, name)
-    except AttributeError:
-        raise
     except ImportError as exc:
         raise as_missing_dependency(name, exc) from exc
+    except AttributeError:
+        record = catalog.record(name)
+        for model_type in record.all_model_types:
+            module_name = f"transformers.models.{model_type.replace('-', '_')}.modeling_{model_type.replace('-', '_')}"
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue
+            if hasattr(module, name):
+                return getattr(module, name)
+        raise ZooError(name, INIT_ERROR, "transformers does not export this class") from None
 
 
 def build_case(name: str, seed: int = 0, config: Any = None) -> Case:
@@ -80,8 +92,7 @@ def build_case(name: str, seed: int = 0, config: Any = None) -> Case:
     over_budget: Case | None = None
     for profile in _ladder(rules):
         try:
-            model = _build(cls, profile, rules, seed, name)
-            case_inputs = _first_running_inputs(model, seed, name)
+            model, case_inputs = _build_and_run(cls, profile, rules, seed, name)
         except ZooError as exc:
             if exc.category == "missing_dependency":
                 raise
@@ -108,9 +119,23 @@ def _case(name, record, model, case_inputs, profile, start, source) -> Case:
                 profile=profile, seconds=time.perf_counter() - start, source=source)
 
 
-def _build(cls: type, profile: Profile, rules: dict, seed: int, name: str) -> torch.nn.Module:
+def _build_and_run(cls: type, profile: Profile, rules: dict, seed: int, name: str):
+    """Build and run once; a forward error naming a default the modeling code assumes rebuilds once with it."""
+    model = _build(cls, profile, rules, seed, name)
     try:
-        config = shrink_config(cls.config_class, profile, rules.get("config"))
+        return model, _first_running_inputs(model, seed, name)
+    except ZooError as exc:
+        implicit = implicit_default_from_error(exc.message) if exc.category == FORWARD_ERROR else None
+        if implicit is None:
+            raise
+    model = _build(cls, profile, rules, seed, name, implicit)
+    return model, _first_running_inputs(model, seed, name)
+
+
+def _build(cls: type, profile: Profile, rules: dict, seed: int, name: str,
+           implicit: dict | None = None) -> torch.nn.Module:
+    try:
+        config = shrink_config(cls.config_class, profile, rules.get("config"), implicit_defaults=implicit)
     except ImportError as exc:
         raise as_missing_dependency(name, exc) from exc
     except Exception as exc:  # noqa: BLE001 - any failure of the config class's own validation is the reason

@@ -1,0 +1,26 @@
+"""``python -m sweep [pytest args]``: the main job. Defaults: the smoke set, every backend, ``-n 2``.
+
+Any argument is passed to pytest and overrides the defaults, e.g.
+``python -m sweep --models='Llama*' --backend=onnx -n 4``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+
+def main(argv: list[str]) -> int:
+    args = ["--pyargs", "sweep", "-p", "no:cacheprovider", "-q"]
+    if not any(a.startswith("--models") for a in argv):
+        args.append("--models=smoke")
+    if not any(a.startswith("--backend") for a in argv):
+        args.append("--backend=all")
+    if not any(a == "-n" or a.startswith("-n") or a.startswith("--numprocesses") for a in argv):
+        args += ["-n", "2"]
+    return pytest.main(args + argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,200 @@
+"""One sweep case, run inside an isolated child process: build, eager, export, save, load, run, compare.
+
+``run_case(spec, progress)`` returns a plain dict (a result row without the bookkeeping fields). Before each
+stage it calls ``progress(stage)`` so that the parent knows where a crash or a hang happened.
+
+Statuses: ``pass``; ``discrepancy`` (ran, some leaf outside the tolerance); ``fail`` (with the stage);
+``skip``; ``timeout`` and ``crash`` are decided by the parent (:mod:`sweep.isolation`).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+STAGES = ("build", "eager", "export", "save", "load", "run", "compare")
+EXPORT_FORMATS = {"dynamo": "dynamo", "onnx": "onnx", "executorch": "executorch"}
+_ARTIFACT_SUFFIX = {"dynamo": ".pt2", "onnx": ".onnx", "executorch": ".pte"}
+SECOND_BATCH = 3
+
+
+class StageClock:
+    """Seconds per stage; ``enter`` also tells the parent which stage is running."""
+
+    def __init__(self, progress: Callable[[str], None]):
+        self.progress = progress
+        self.stage = "build"
+        self.seconds: dict[str, float] = {}
+        self._started: float | None = None
+
+    def enter(self, stage: str) -> None:
+        self.stop()
+        self.stage, self._started = stage, time.perf_counter()
+        self.progress(stage)
+
+    def stop(self) -> None:
+        if self._started is not None:
+            elapsed = time.perf_counter() - self._started
+            self.seconds[self.stage] = round(self.seconds.get(self.stage, 0.0) + elapsed, 4)
+            self._started = None
+
+
+def second_shape(inputs: dict[str, Any], drop_tokens: int = 2) -> dict[str, Any]:
+    """The sample inputs at another batch size (rows 0, 1, 0) and, for text-only inputs, a shorter sequence.
+
+    Reindexing rows keeps every per-sample constraint of the synthesised inputs (placeholder tokens, image
+    counts per sample); the sequence is only shortened when no image/audio/video tensor could depend on it.
+    """
+    ids = inputs.get("input_ids")
+    batch = next((v.shape[0] for v in inputs.values() if isinstance(v, torch.Tensor) and v.ndim), None)
+    text_only = all(not k.startswith(("pixel", "input_features", "input_values", "image", "video", "audio")) for k in inputs)
+    seq = ids.shape[1] if isinstance(ids, torch.Tensor) and ids.ndim == 2 and text_only else None
+    rows = torch.tensor([0, 1, 0]) if batch == 2 else None
+    out = {}
+    for key, value in inputs.items():
+        if isinstance(value, torch.Tensor) and value.ndim:
+            if rows is not None and value.shape[0] == batch:
+                value = value.index_select(0, rows)
+            if seq is not None and seq > drop_tokens + 2 and value.ndim >= 2 and value.shape[1] == seq:
+                value = value[:, : seq - drop_tokens].clone()
+        out[key] = value
+    return out
+
+
+def _eager(model: torch.nn.Module, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    from engine import get_leaf_tensors
+
+    with torch.no_grad():
+        return {k: v.detach().clone() for k, v in get_leaf_tensors(model(**copy.deepcopy(inputs))).items()}
+
+
+def _config(spec: dict[str, Any]) -> dict[str, Any]:
+    config: dict[str, Any] = {"export_format": EXPORT_FORMATS[spec["backend"]], "dynamic": spec["shapes"] == "dynamic"}
+    if spec["backend"] == "onnx":
+        config["optimize"] = not spec.get("onnx_disable_optimize", False)
+    return config
+
+
+def _save_and_load(backend: str, artifact: Any, workdir: Path, enter: Callable[[str], None]) -> Any:
+    """Write the artifact to disk and return what the runtime loads it from (a path, or a loaded program)."""
+    path = workdir / f"model{_ARTIFACT_SUFFIX[backend]}"
+    enter("save")
+    if backend == "dynamo":
+        torch.export.save(artifact, path)
+    elif backend == "onnx":
+        artifact.save(str(path))
+    else:
+        if hasattr(artifact, "save"):
+            artifact.save(str(path))
+        else:
+            artifact.write_to_file(open(path, "wb"))
+    enter("load")
+    if backend == "dynamo":
+        return torch.export.load(path)
+    return str(path)
+
+
+@dataclass
+class LocalCase:
+    """A model from a ``--model-module``: ``SWEEP_MODELS[name](seed) -> (model, inputs)``."""
+
+    model: torch.nn.Module
+    inputs: dict[str, Any]
+    model_type: str = "local"
+    mappings: tuple[str, ...] = ()
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def _build(spec: dict[str, Any]):
+    if spec.get("model_module"):
+        model, inputs = importlib.import_module(spec["model_module"]).SWEEP_MODELS[spec["model"]](spec.get("seed", 0))
+        return LocalCase(model.eval(), inputs)
+    from sweep.zoo import build_case
+
+    return build_case(spec["model"], seed=spec.get("seed", 0))
+
+
+def run_case(spec: dict[str, Any], progress: Callable[[str], None] = lambda stage: None) -> dict[str, Any]:
+    """Run one case; ``spec`` has model, backend, shapes, atol, rtol, seed (and onnx_disable_optimize)."""
+    from engine import AutoExporter, AutoExportConfig, ExportStageError, run_exported
+    from engine.compare import compare_leaves
+    from sweep.errors import ZooError
+
+    clock = StageClock(progress)
+    enter = clock.enter
+    result: dict[str, Any] = {"status": "pass", "stage": None, "seconds": clock.seconds}
+
+    try:
+        enter("build")
+        case = _build(spec)
+        result.update(model_type=case.model_type, mappings=list(case.mappings), num_parameters=case.num_parameters)
+        shapes = [("traced", case.inputs)]
+        if spec["shapes"] == "dynamic" and spec["backend"] != "eager":
+            shapes.append(("second", second_shape(case.inputs)))
+
+        enter("eager")
+        expected = {}
+        for label, inputs in shapes:
+            try:
+                expected[label] = _eager(case.model, inputs)
+            except Exception as e:  # the second shape is ours, not the model's: fall back to batch only
+                if label == "traced":
+                    raise
+                fallback = second_shape(case.inputs, drop_tokens=0)
+                try:
+                    expected[label] = _eager(case.model, fallback)
+                    shapes[1] = ("second", fallback)
+                except Exception:
+                    shapes.pop()
+                    result["second_shape"] = f"not run: eager rejects it ({type(e).__name__}: {str(e)[:200]})"
+        if spec["backend"] == "eager":
+            return result
+
+        enter("export")
+        config = AutoExportConfig.from_dict(_config(spec))
+        artifact = AutoExporter.from_config(config).export(case.model, case.inputs, config=config)
+
+        with tempfile.TemporaryDirectory(prefix="sweep-") as tmp:
+            loaded = _save_and_load(spec["backend"], artifact, Path(tmp), enter)
+            diffs, worst = {}, None
+            for label, inputs in shapes:
+                enter("run")
+                got = run_exported(loaded, inputs)
+                enter("compare")
+                comparison = compare_leaves(expected[label], got, atol=spec["atol"], rtol=spec["rtol"])
+                for leaf in comparison.leaves:
+                    diffs[f"{label}:{leaf.name}"] = {"max_abs": leaf.max_abs, "max_rel": leaf.max_rel, "ok": leaf.ok,
+                                                     **({"problem": leaf.problem} if leaf.problem else {})}
+                if not comparison.ok and worst is None:
+                    worst = f"{label} shape: {comparison}"
+            result["diffs"] = diffs
+            result["shapes_run"] = [label for label, _ in shapes]
+            if worst:
+                result.update(status="discrepancy", stage="compare", error=worst[:2000])
+    except ZooError as e:
+        result.update(status="fail", stage="build", error_type=e.category, error=str(e)[:2000], package=e.package)
+    except Exception as e:
+        failed = e.stage if isinstance(e, ExportStageError) and e.stage in STAGES else clock.stage
+        cause = e.__cause__ if isinstance(e, ExportStageError) and e.__cause__ else e
+        result.update(
+            status="fail",
+            stage=failed,
+            error_type=type(cause).__name__,
+            error=f"{type(cause).__name__}: {cause}"[:2000],
+            traceback="".join(traceback.format_exception(cause))[-4000:],
+        )
+    finally:
+        clock.stop()
+    return result

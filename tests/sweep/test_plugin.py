@@ -1,0 +1,139 @@
+"""The sweep plugin, driven through pytester in subprocesses (as users run it)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+LOCAL_MODELS = '''
+import os, time, torch
+
+class Good(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x)
+
+class Abort(Good):
+    def forward(self, x):
+        os.abort()
+
+class Hang(Good):
+    def forward(self, x):
+        while True:
+            time.sleep(0.05)
+
+class ExportsDifferently(Good):
+    def forward(self, x):
+        out = self.lin(x)
+        return out + 1.0 if torch.compiler.is_exporting() else out
+
+def _make(cls):
+    return lambda seed: (cls(), {"x": torch.randn(2, 4, generator=torch.Generator().manual_seed(seed))})
+
+SWEEP_MODELS = {"GoodModel": _make(Good), "OtherGoodModel": _make(Good), "AbortModel": _make(Abort),
+                "HangModel": _make(Hang), "DriftModel": _make(ExportsDifferently)}
+'''
+
+
+@pytest.fixture
+def sweep(pytester):
+    pytester.makepyfile(local_models=LOCAL_MODELS)
+    (pytester.path / "skiplists").mkdir()
+
+    def run(*args, **kwargs):
+        base = ["--pyargs", "sweep", "-p", "no:cacheprovider", "--model-module=local_models",
+                f"--skiplist-dir={pytester.path / 'skiplists'}", f"--report-dir={pytester.path / 'reports'}"]
+        return pytester.runpytest_subprocess(*base, *args, **kwargs)
+
+    return run
+
+
+def rows(pytester):
+    path = pytester.path / "reports" / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_ids_selection_and_markers(sweep):
+    result = sweep("--collect-only", "-q", "--models=GoodModel,Other*", "--backend=dynamo,onnx", "--shapes=both")
+    ids = [line.split("[")[1].rstrip("]") for line in result.outlines if "test_export[" in line]
+    assert ids == [f"{m}-{b}-{s}" for m in ("GoodModel", "OtherGoodModel") for b in ("dynamo", "onnx") for s in ("dynamic", "static")]
+    result = sweep("--collect-only", "-q", "--models=GoodModel", "--backend=all", "-m", "onnx")
+    assert [line for line in result.outlines if "test_export[" in line] == [
+        line for line in result.outlines if "GoodModel-onnx-dynamic" in line
+    ]
+    result = sweep("--collect-only", "-q", "--models=GoodModel,OtherGoodModel", "-k", "Other")
+    assert sum("test_export[" in line for line in result.outlines) == 1
+
+
+def test_models_from_a_file_and_named_sets(sweep, pytester):
+    (pytester.path / "models.txt").write_text("GoodModel  # a comment\n\nOtherGoodModel\n")
+    result = sweep("--collect-only", "-q", "--models=@models.txt")
+    assert sum("test_export[" in line for line in result.outlines) == 2
+    result = sweep("--collect-only", "-q", "--models=smoke", "--backend=eager")
+    assert sum("test_export[" in line for line in result.outlines) >= 20
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--backend=tflite"], "--backend tflite: unknown; choose from eager, dynamo, onnx, executorch or all"),
+        (["--models=LlamaForCausalLLM"], "did you mean LlamaForCausalLM"),
+    ],
+)
+def test_option_errors_are_usage_errors(sweep, args, message):
+    result = sweep("--collect-only", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}*"])
+
+
+def test_invalid_skiplist_stops_the_run_naming_file_and_line(sweep, pytester):
+    (pytester.path / "skiplists" / "export_skip.yaml").write_text("- class: GoodModel\n  reason: r\n")
+    result = sweep("--collect-only", "--models=GoodModel")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*skiplists/export_skip.yaml:1: GoodModel: give 'link'*"])
+
+
+def test_crash_and_hang_are_results_and_the_sweep_goes_on(sweep, pytester):
+    result = sweep("--models=AbortModel,HangModel,GoodModel,DriftModel", "--backend=dynamo", "--case-timeout=20")
+    by_model = {r["model"]: r for r in rows(pytester)}
+    assert by_model["AbortModel"]["status"] == "crash" and by_model["AbortModel"]["stage"] == "eager"
+    assert "SIGABRT" in by_model["AbortModel"]["error"]
+    assert by_model["HangModel"]["status"] == "timeout" and by_model["HangModel"]["stage"] == "eager"
+    assert by_model["GoodModel"]["status"] == "pass"
+    drift = by_model["DriftModel"]
+    assert drift["status"] == "discrepancy" and drift["stage"] == "compare"
+    assert drift["diffs"]["traced:"]["max_abs"] == pytest.approx(1.0)
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines(["*export-sweep summary*", "dynamo*1*1*0*0*1*1*4"])
+    assert (pytester.path / "reports" / "matrix.md").is_file()
+
+
+def test_skiplisted_cases_skip_and_run_skipped_reports_stale_entries(sweep, pytester):
+    (pytester.path / "skiplists" / "export_skip.yaml").write_text(textwrap.dedent("""\
+        - class: GoodModel
+          backends: [dynamo]
+          reason: pretend it cannot export
+          todo: nothing, it is a test
+        """))
+    result = sweep("--models=GoodModel", "--backend=dynamo")
+    result.assert_outcomes(skipped=1)
+    result = sweep("--models=GoodModel", "--backend=dynamo", "--run-skipped")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*stale skiplist entries (the case now passes): 1*", "*pretend it cannot export*"])
+
+
+def test_xdist_run_equals_serial_run(sweep, pytester):
+    models = "--models=GoodModel,OtherGoodModel,DriftModel"
+    sweep(models, "--backend=eager,dynamo")
+    serial = sorted((r["case_id"], r["status"], r["stage"]) for r in rows(pytester))
+    sweep(models, "--backend=eager,dynamo", "-n", "2")
+    parallel = rows(pytester)
+    assert sorted((r["case_id"], r["status"], r["stage"]) for r in parallel) == serial
+    assert {r["worker"] for r in parallel} <= {"gw0", "gw1"}

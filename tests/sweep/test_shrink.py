@@ -1,0 +1,155 @@
+"""The shrinker's rules, and its invariants over randomly drawn source configs."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from transformers import (Gemma3TextConfig, LlamaConfig, LlavaConfig, Qwen2VLConfig, Qwen2VLTextConfig,
+                          ResNetConfig)
+
+from sweep import overrides, shrink
+from sweep.config_tree import raw_tree
+
+TINY = shrink.PROFILES[0]
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# -- rules ----------------------------------------------------------------------------------------------------
+
+
+def test_resample_pattern_keeps_every_layer_type():
+    pattern = ["sliding_attention"] * 5 + ["full_attention"]
+    assert shrink._resample_pattern(pattern * 4, 2) == ["sliding_attention", "full_attention"]
+    assert shrink._resample_pattern(["a", "b", "c"], 2) == ["a", "b", "c"]  # never drops a type
+    assert shrink._resample_pattern(["a"] * 10, 3) == ["a", "a", "a"]
+
+
+def test_proportional_sections_sum_to_the_total():
+    assert sum(shrink._proportional([16, 24, 24], 4)) == 4
+    assert all(s >= 1 for s in shrink._proportional([16, 24, 24], 4))
+
+
+def test_channel_lists_keep_their_ratios_and_a_floor():
+    assert shrink._scale_channel_list([256, 512, 1024, 2048], 32, 8) == [8, 16, 32, 64]
+    assert shrink._scale_channel_list([3, 64], 2, 8) == [3, 32]  # input channels stay
+
+
+def test_token_ids_are_remapped_consistently_across_sub_configs():
+    root = raw_tree(LlavaConfig())
+    mapping = shrink.token_id_map(root, TINY.vocab)
+    config = shrink.shrink_config(LlavaConfig)
+    assert config.image_token_id < config.text_config.vocab_size
+    assert config.image_token_id == mapping[LlavaConfig().image_token_id]
+
+
+def test_derived_fields_are_rederived():
+    # head_dim is derived from hidden/heads in the default; it must follow the tiny widths.
+    config = shrink.shrink_config(LlamaConfig)
+    assert config.head_dim * config.num_attention_heads == config.hidden_size == TINY.width
+
+
+def test_mrope_sections_sum_to_half_the_head_dim():
+    config = shrink.shrink_config(Qwen2VLConfig).text_config
+    head_dim = config.hidden_size // config.num_attention_heads
+    assert sum(config.rope_parameters["mrope_section"]) == head_dim // 2
+
+
+def test_conv_net_channels_share_one_value_map():
+    config = shrink.shrink_config(ResNetConfig)
+    assert config.hidden_sizes == sorted(config.hidden_sizes)
+    assert max(config.hidden_sizes) <= 64 and all(d == 1 for d in config.depths)
+
+
+def test_missing_padding_id_is_filled_inside_the_vocab():
+    config = shrink.shrink_config(LlamaConfig)
+    assert config.pad_token_id is not None and 0 <= config.pad_token_id < config.vocab_size
+
+
+def test_every_override_has_a_one_line_reason():
+    for key, entry in overrides.load().items():
+        assert entry["reason"].strip() and "\n" not in entry["reason"].strip(), key
+
+
+# -- invariants over random source configs --------------------------------------------------------------------
+
+
+@st.composite
+def llama_like(draw):
+    heads = draw(st.sampled_from([1, 2, 4, 8, 12, 16, 32, 40, 64]))
+    head_dim = draw(st.sampled_from([32, 64, 80, 128]))
+    kv = draw(st.sampled_from([d for d in range(1, heads + 1) if heads % d == 0]))
+    vocab = draw(st.integers(1000, 300_000))
+    return LlamaConfig(
+        hidden_size=heads * head_dim, num_attention_heads=heads, num_key_value_heads=kv,
+        intermediate_size=draw(st.integers(64, 30_000)), num_hidden_layers=draw(st.integers(1, 96)),
+        vocab_size=vocab, bos_token_id=draw(st.integers(0, vocab - 1)), eos_token_id=draw(st.integers(0, vocab - 1)),
+        max_position_embeddings=draw(st.sampled_from([512, 2048, 131072])),
+    )
+
+
+@SETTINGS
+@given(llama_like())
+def test_llama_like_invariants(source):
+    config = shrink.shrink_config(type(source), base=source)
+    assert config.hidden_size % config.num_attention_heads == 0
+    assert config.num_attention_heads % config.num_key_value_heads == 0
+    assert config.head_dim * config.num_attention_heads == config.hidden_size
+    # the attention class (MHA / GQA / MQA) is kept
+    assert (config.num_key_value_heads == config.num_attention_heads) == (
+        source.num_key_value_heads == source.num_attention_heads)
+    assert (config.num_key_value_heads == 1) == (source.num_key_value_heads == 1) or source.num_attention_heads == 1
+    for token in (config.bos_token_id, config.eos_token_id, config.pad_token_id):
+        assert token is None or 0 <= token < config.vocab_size
+    assert config.num_hidden_layers <= max(TINY.layers, 1) or config.num_hidden_layers <= source.num_hidden_layers
+    assert config.hidden_size <= TINY.width and config.vocab_size <= TINY.vocab
+
+
+@st.composite
+def gemma3_like(draw):
+    heads = draw(st.sampled_from([2, 4, 8, 16]))
+    return Gemma3TextConfig(
+        hidden_size=heads * 64, num_attention_heads=heads, num_key_value_heads=draw(st.sampled_from([1, heads])),
+        head_dim=64, num_hidden_layers=draw(st.integers(2, 62)),
+        sliding_window_pattern=draw(st.integers(2, 8)) if hasattr(Gemma3TextConfig, "sliding_window_pattern") else 6,
+    )
+
+
+@SETTINGS
+@given(gemma3_like())
+def test_layer_type_lists_match_the_layer_count(source):
+    config = shrink.shrink_config(type(source), base=source)
+    assert len(config.layer_types) == config.num_hidden_layers
+    assert set(config.layer_types) == set(source.layer_types)
+
+
+@st.composite
+def qwen2vl_text_like(draw):
+    heads = draw(st.sampled_from([4, 8, 16, 28]))
+    head_dim = 128
+    a = draw(st.integers(1, 40))
+    b = draw(st.integers(1, 40))
+    return Qwen2VLTextConfig(hidden_size=heads * head_dim, num_attention_heads=heads, num_key_value_heads=heads,
+                             rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                              "mrope_section": [a, b, head_dim // 2 - a - b]}
+                             if head_dim // 2 - a - b > 0 else None)
+
+
+@SETTINGS
+@given(qwen2vl_text_like())
+def test_multimodal_rope_sections_follow_the_head_dim(source):
+    config = shrink.shrink_config(type(source), base=source)
+    head_dim = config.hidden_size // config.num_attention_heads
+    section = (config.rope_parameters or {}).get("mrope_section")
+    if section is not None:
+        assert sum(section) == head_dim // 2 and min(section) >= 1
+
+
+@pytest.mark.parametrize("profile", shrink.PROFILES, ids=lambda p: p.name)
+def test_profiles_shrink_llama_under_budget(profile):
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(shrink.shrink_config(LlamaConfig, profile))
+    assert sum(p.numel() for p in model.parameters()) < 5_000_000

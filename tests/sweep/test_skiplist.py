@@ -1,0 +1,53 @@
+"""Skiplist validation: every malformed entry is rejected with file and line."""
+
+from __future__ import annotations
+
+import pytest
+
+from sweep.skiplist import SkiplistError, load_skiplist, load_skiplists
+
+KNOWN = {"GoodModel", "OtherModel"}.__contains__
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("- class: GoodModel\n  backends: [onnx]\n  link: https://github.com/a/b/issues/1\n", ":1: GoodModel: 'reason' is required"),
+        ("- class: GoodModel\n  reason: r\n", ":1: GoodModel: give 'link' (the upstream issue) or 'todo'"),
+        ("- class: GoodModel\n  reason: r\n  link: https://example.com/x\n", "is not a GitHub issue or pull request URL"),
+        ("- class: GoodModel\n  reason: r\n  todo: t\n- class: NoSuchModel\n  reason: r\n  todo: t\n", ":4: unknown model class 'NoSuchModel'"),
+        ("- class: GoodModel\n  reason: r\n  todo: t\n- class: GoodModel\n  reason: r\n  todo: t\n", ":4: GoodModel: duplicate entry (first at line 1)"),
+        ("- class: GoodModel\n  reason: [unclosed\n", ":3: malformed YAML"),
+        ("- class: GoodModel\n  reason: r\n  todo: t\n  backends: [tpu]\n", "unknown backend(s) ['tpu']"),
+        ("- class: GoodModel\n  reason: r\n  todo: t\n  why: x\n", "unknown key(s) ['why']"),
+        ("class: GoodModel\n", ":1: a skiplist is a YAML list of entries"),
+    ],
+)
+def test_invalid_entries(tmp_path, content, message):
+    path = tmp_path / "export_skip.yaml"
+    path.write_text(content)
+    with pytest.raises(SkiplistError) as info:
+        load_skiplist(path, "export_skip", KNOWN)
+    assert str(path) in str(info.value) and message in str(info.value)
+
+
+def test_valid_entries_and_lookup(tmp_path):
+    (tmp_path / "export_skip.yaml").write_text(
+        "- class: GoodModel\n  backends: [onnx, executorch]\n  reason: loops over tiles\n"
+        "  link: https://github.com/huggingface/transformers/issues/1\n"
+        "- class: OtherModel\n  reason: everything fails\n  todo: vectorise the loop\n"
+    )
+    lists = load_skiplists(tmp_path, KNOWN)
+    assert lists.find("export_skip", "GoodModel", "onnx").line == 1
+    assert lists.find("export_skip", "GoodModel", "dynamo") is None
+    other = lists.find("export_skip", "OtherModel", "eager")
+    assert other.backends == ("eager", "dynamo", "onnx", "executorch") and other.reference == "TODO: vectorise the loop"
+    assert lists.entries["generate_skip"] == []
+
+
+def test_the_repository_skiplists_are_valid():
+    from pathlib import Path
+
+    from sweep.selection import is_known_class
+
+    load_skiplists(Path(__file__).resolve().parents[2] / "skiplists", is_known_class)
