@@ -39,14 +39,25 @@ def peer(model, inputs):
     return PeerExporter().export(model, dict(inputs), config=PeerConfig())
 
 
-def median_seconds(fn, model, inputs, repeats):
-    fn(model, inputs)  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn(model, inputs)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def median_seconds(fns, model, inputs, repeats):
+    """Median seconds per exporter; exporters take turns within each repeat, so load on the machine
+    during the run affects all of them alike. A failing exporter gets NaN."""
+    times = {name: [] for name in fns}
+    failed = set()
+    for attempt in range(repeats + 1):  # the first round is the warm-up
+        for name, fn in fns.items():
+            if name in failed:
+                continue
+            start = time.perf_counter()
+            try:
+                fn(model, inputs)
+            except Exception as e:  # the peer failing on a model is a result, shown as such
+                print(f"  {name} failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                failed.add(name)
+                continue
+            if attempt:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) if t else float("nan") for name, t in times.items()}
 
 
 def main():
@@ -63,13 +74,8 @@ def main():
     for name in args.models.split(","):
         tiny = TINY_MODELS[name]
         model, inputs = tiny.model(), tiny.inputs()
-        t_bare = median_seconds(bare, model, inputs, args.repeats)
-        t_ours = median_seconds(ours, model, inputs, args.repeats)
-        try:
-            t_peer = median_seconds(peer, model, inputs, args.repeats)
-        except Exception as e:  # the peer failing on a model is a result, shown as such
-            print(f"  peer failed on {name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
-            t_peer = float("nan")
+        medians = median_seconds({"bare": bare, "ours": ours, "peer": peer}, model, inputs, args.repeats)
+        t_bare, t_ours, t_peer = medians["bare"], medians["ours"], medians["peer"]
         rows.append((name, t_bare, t_ours, t_peer))
         print(f"{name:<12} {t_bare:8.3f} {t_ours:8.3f} {t_peer:8.3f} {t_ours / t_bare:10.3f} {t_ours / t_peer:10.3f}")
     ratios_bare = [o / b for _, b, o, _ in rows]
