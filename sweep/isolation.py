@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import resource
 import signal
 import time
 from collections.abc import Callable
@@ -36,6 +37,8 @@ def _child(target: Callable[..., dict], spec: dict[str, Any], conn) -> None:
     torch.set_num_threads(int(os.environ.get("SWEEP_THREADS", "1")))
     try:
         result = target(spec, lambda stage: conn.send(("stage", stage)))
+        if isinstance(result, dict):  # peak resident memory of the case process (Linux reports KiB)
+            result.setdefault("peak_rss_mb", round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
         conn.send(("result", result))
     finally:
         conn.close()

@@ -41,6 +41,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--report-dir", default="reports", help="where results.jsonl and the matrices go (default reports/)")
     group.addoption("--skiplist-dir", default=str(DEFAULT_SKIPLISTS), help="folder of the skiplist YAML files")
     group.addoption("--run-skipped", action="store_true", help="run skiplisted cases; report entries that now pass")
+    group.addoption("--shard", default=None, metavar="I/N",
+                    help="run part I of N of the cases (deterministic by case id; join the parts with export-sweep merge)")
+    group.addoption("--resume", action="store_true",
+                    help="keep the row file and skip the cases it already has a row for (continue an interrupted sweep)")
     group.addoption("--model-module", action="append", default=[],
                     help="import NAME and sweep the models in its SWEEP_MODELS dict {name: build(seed) -> (model, inputs)}")
 
@@ -57,6 +61,9 @@ class SweepSettings:
     run_skipped: bool
     skiplists: Any
     local_models: dict[str, str]  # model name -> module providing it (--model-module)
+    shard: tuple[int, int] | None = None  # (i, n) of --shard i/n
+    resume: bool = False
+    done: set[str] = field(default_factory=set)  # --resume: case ids already in the row file
     rows: list[dict] = field(default_factory=list)  # controller side: rows seen this session
 
     @property
@@ -103,13 +110,19 @@ def _settings(config: pytest.Config) -> SweepSettings:
     if opt.case_timeout <= 0:
         raise pytest.UsageError(f"--case-timeout must be > 0 seconds, got {opt.case_timeout}")
     local = _local_models(opt.model_module)
+    from sweep.shard import ShardError, parse_shard
+
+    try:
+        shard = parse_shard(opt.shard) if opt.shard is not None else None
+    except ShardError as e:
+        raise pytest.UsageError(str(e)) from None
     try:
         models = resolve_models(opt.models or "all", extra=local)
         skiplists = load_skiplists(Path(opt.skiplist_dir), lambda name: name in local or is_known_class(name))
     except (SelectionError, SkiplistError) as e:
         raise pytest.UsageError(str(e)) from None
     return SweepSettings(backends, models, SHAPES[opt.shapes], opt.atol, opt.rtol, opt.case_timeout,
-                         Path(opt.report_dir), opt.run_skipped, skiplists, local)
+                         Path(opt.report_dir), opt.run_skipped, skiplists, local, shard, opt.resume)
 
 
 def _local_models(modules: list[str]) -> dict[str, str]:
@@ -138,9 +151,36 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     settings = _settings(config)
     config.stash[_SETTINGS] = settings
-    is_worker = hasattr(config, "workerinput")
-    if not is_worker:  # a fresh row file per session (the controller runs before any worker starts)
+    if hasattr(config, "workerinput"):  # the controller decided what is done (see pytest_configure_node)
+        settings.done = set(config.workerinput.get("sweep_done", ()))
+        return
+    # The controller runs before any worker starts. Without --resume the session starts afresh: the whole
+    # row file, or with --shard only this shard's rows (shards may share a report folder).
+    from sweep.results import case_id, drop_rows, read_rows
+    from sweep.shard import shard_of
+
+    if settings.resume:
+        if settings.rows_path.is_file():
+            settings.done = {case_id(r) for r in read_rows(settings.rows_path, on_corrupt=_warn_corrupt(config))}
+    elif settings.shard:
+        index, count = settings.shard
+        drop_rows(settings.rows_path, lambda row: shard_of(case_id(row), count) == index)
+    else:
         settings.rows_path.unlink(missing_ok=True)
+
+
+def _warn_corrupt(config: pytest.Config):
+    def warn(problem) -> None:
+        config.issue_config_time_warning(pytest.PytestWarning(str(problem)), stacklevel=2)
+    return warn
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist: hand the controller's --resume decision to each worker, so that all collect the same cases."""
+    settings = node.config.stash.get(_SETTINGS, None)
+    if settings is not None:
+        node.workerinput["sweep_done"] = sorted(settings.done)
 
 
 # ─── Collection ──────────────────────────────────────────────────────────────────────────────────
@@ -164,6 +204,26 @@ def _cases(settings: SweepSettings) -> list:
                     spec["onnx_disable_optimize"] = True
                 params.append(pytest.param(spec, marks=marks, id=f"{model}-{backend}-{shapes}"))
     return params
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--shard keeps this shard's cases, --resume drops the cases already done; the rest is deselected."""
+    settings = config.stash.get(_SETTINGS, None)
+    if settings is None or not (settings.shard or settings.done):
+        return
+    from sweep.shard import shard_of
+
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or "sweep_case" not in callspec.params:
+            keep.append(item)
+            continue
+        out_of_shard = settings.shard and shard_of(callspec.id, settings.shard[1]) != settings.shard[0]
+        (drop if out_of_shard or callspec.id in settings.done else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -194,6 +254,8 @@ def sweep_run(request: pytest.FixtureRequest):
     from sweep.case import run_case
     from sweep.isolation import run_isolated
     from sweep.errors import installable
+    from sweep.categories import categorize, first_line
+    from engine.versions import pinned_versions
 
     settings: SweepSettings = request.config.stash[_SETTINGS]
 
@@ -208,8 +270,11 @@ def sweep_run(request: pytest.FixtureRequest):
             "case_id": request.node.nodeid.split("[")[-1].rstrip("]"),
             "started": started, "wall_seconds": round(time.time() - started, 3),
             "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
-            "versions": _versions(), "skiplist": spec.get("skiplist"), **result,
+            "versions": _versions(), "pinned": pinned_versions(), "skiplist": spec.get("skiplist"),
+            "shard": "{}/{}".format(*settings.shard) if settings.shard else None, **result,
         }
+        row["error_line"] = first_line(row.get("error"))
+        row["category"] = categorize(row)
         from sweep.results import append_row
 
         append_row(settings.rows_path, row)
@@ -242,7 +307,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     rows = list(_ROWS_SEEN)
     tr = terminalreporter
     tr.section("export-sweep summary")
-    if not rows:
+    if settings.done:
+        tr.write_line(f"resumed: {len(settings.done)} cases already had a row in {settings.rows_path}")
+    if not rows and not settings.done:
         tr.write_line("no sweep case ran")
         return
     counts: dict[str, Counter] = defaultdict(Counter)
@@ -259,6 +326,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         for entry in stale:
             tr.write_line(f"  {entry}")
     from sweep.matrix import write_matrix
+    from sweep.results import read_rows
 
-    paths = write_matrix(rows, settings.report_dir)
-    tr.write_line(f"rows: {settings.rows_path}   matrix: {paths['md']}, {paths['json']}")
+    def corrupt(problem) -> None:
+        tr.write_line(f"warning: {problem}", yellow=True)
+
+    # The matrix covers the whole row file: with --resume the earlier cases too, with --shard in a shared
+    # folder the other shards' rows as well (one row per case, the latest).
+    all_rows = list(read_rows(settings.rows_path, on_corrupt=corrupt)) if settings.rows_path.is_file() else rows
+    paths = write_matrix(all_rows, settings.report_dir)
+    tr.write_line(f"rows: {settings.rows_path}   matrix: {paths['md']}, {paths['html']}, {paths['json']}")

@@ -1,0 +1,161 @@
+"""``export-sweep``: rebuild, merge and compare sweep reports from their row files.
+
+    export-sweep matrix reports/                     # matrix.{json,md,html} from reports/results.jsonl
+    export-sweep merge shard-*/ --out reports/all    # join the shards' rows into one report
+    export-sweep compare baseline/ reports/          # regressions, fixes, ...; exit 1 on regressions
+
+Paths are row files or report folders (holding ``results.jsonl``). A corrupt line is reported on stderr with
+its file and line number and skipped (``--strict`` makes it an error). Exit codes: 0 fine, 1 regressions
+(``compare``), 2 an error (missing file, no rows, corrupt line under ``--strict``), with a one-line message.
+Without the installed script: ``python -m sweep.cli ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from sweep.results import ROWS_FILE, CorruptRow, RowFileError, case_id, latest_rows, read_rows, rows_path
+
+PROG = "export-sweep"
+
+
+class CliError(Exception):
+    """An error reported as one line on stderr, with exit code 2."""
+
+
+def _load(path: str, strict: bool) -> tuple[Path, list[dict]]:
+    try:
+        file = rows_path(Path(path))
+    except RowFileError as e:
+        raise CliError(str(e)) from None
+    corrupt: list[CorruptRow] = []
+
+    def on_corrupt(problem: CorruptRow) -> None:
+        corrupt.append(problem)
+        print(f"{PROG}: warning: {problem}", file=sys.stderr)
+
+    try:
+        rows = list(read_rows(file, on_corrupt=on_corrupt))
+    except OSError as e:
+        raise CliError(f"cannot read {file}: {e.strerror or e}") from None
+    if corrupt and strict:
+        raise CliError(f"{len(corrupt)} corrupt line(s) in {file} (first: line {corrupt[0].line}); --strict stops here")
+    if not rows:
+        raise CliError(f"no rows in {file}" + (f" ({len(corrupt)} corrupt lines)" if corrupt else ""))
+    return file, rows
+
+
+def _say(paths: dict[str, Path]) -> None:
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from sweep.matrix import write_matrix
+
+    file, rows = _load(args.rows, args.strict)
+    _say(write_matrix(rows, Path(args.out) if args.out else file.parent))
+    return 0
+
+
+def _write_rows_atomically(rows: list[dict], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results-", suffix=".jsonl")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, sort_keys=True, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from sweep.matrix import write_matrix
+
+    everything: list[dict] = []
+    sources: dict[str, list[str]] = {}
+    for path in args.rows:
+        file, rows = _load(path, args.strict)
+        everything += rows
+        for cid in {case_id(r) for r in rows}:
+            sources.setdefault(cid, []).append(str(file))
+    repeated = {cid: files for cid, files in sources.items() if len(files) > 1}
+    if repeated:
+        cid, files = next(iter(sorted(repeated.items())))
+        print(f"{PROG}: note: {len(repeated)} case(s) appear in several row files (e.g. {cid} in "
+              f"{', '.join(files)}); the latest row of each case is kept", file=sys.stderr)
+    merged = latest_rows(everything)
+    out = Path(args.out)
+    _write_rows_atomically(merged, out / ROWS_FILE)
+    paths = write_matrix(merged, out)
+    print(f"merged {len(merged)} cases from {len(args.rows)} row files into {out / ROWS_FILE}")
+    _say(paths)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from sweep.compare import headline, compare_runs, write_comparison
+
+    if args.time_threshold <= 0:
+        raise CliError(f"--time-threshold must be > 0, got {args.time_threshold}")
+    old_file, old_rows = _load(args.old, args.strict)
+    new_file, new_rows = _load(args.new, args.strict)
+    comparison = compare_runs(old_rows, new_rows, old_label=str(old_file), new_label=str(new_file),
+                              time_threshold=args.time_threshold, min_seconds=args.min_seconds)
+    paths = write_comparison(comparison, Path(args.out) if args.out else new_file.parent)
+    print(("REGRESSIONS: " if comparison.regressions else "ok: ") + headline(comparison))
+    for change in comparison.regressions[:20]:
+        print(f"  regression: {change.case}: {change.old} -> {change.new} ({change.category})")
+    _say(paths)
+    return comparison.exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{matrix,merge,compare}")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--strict", action="store_true", help="a corrupt line is an error (default: reported and skipped)")
+
+    p = sub.add_parser("matrix", help="rebuild matrix.json, matrix.md and matrix.html from a row file")
+    p.add_argument("rows", metavar="ROWS", help="row file or report folder")
+    p.add_argument("--out", help="folder for the matrices (default: the row file's folder)")
+    common(p)
+    p.set_defaults(func=cmd_matrix)
+
+    p = sub.add_parser("merge", help="join the row files of shards (or machines) into one report")
+    p.add_argument("rows", metavar="ROWS", nargs="+", help="row files or report folders")
+    p.add_argument("--out", required=True, help="folder for the merged results.jsonl and its matrices")
+    common(p)
+    p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("compare", help="compare two runs; exit 1 on regressions (pass -> fail/discrepancy/...)")
+    p.add_argument("old", metavar="OLD", help="row file or report folder of the earlier run (e.g. the baseline)")
+    p.add_argument("new", metavar="NEW", help="row file or report folder of the later run")
+    p.add_argument("--out", help="folder for compare.md, compare.html, compare.json (default: NEW's folder)")
+    p.add_argument("--time-threshold", type=float, default=0.5,
+                   help="report cases whose wall time changed by more than this fraction (default 0.5 = 50%%)")
+    p.add_argument("--min-seconds", type=float, default=5.0,
+                   help="... and by at least this many seconds (default 5)")
+    common(p)
+    p.set_defaults(func=cmd_compare)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
