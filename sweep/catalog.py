@@ -33,7 +33,7 @@ class ClassRecord:
 
 def mapping_label(dict_name: str) -> str:
     """``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` -> ``causal_lm``; ``MODEL_MAPPING_NAMES`` -> ``base``."""
-    core = dict_name.removeprefix("MODEL_").removesuffix("_MAPPING_NAMES").removeprefix("FOR_")
+    core = dict_name.removesuffix("MAPPING_NAMES").removeprefix("MODEL_").strip("_").removeprefix("FOR_")
     return core.lower() or "base"
 
 

@@ -97,6 +97,8 @@ def raw_tree(config: PreTrainedConfig, is_root: bool = True, from_defaults: bool
             raw = value if _differs(value, _read(fresh, field.name)) else default
         if raw is dataclasses.MISSING:
             raw = value
+        if isinstance(raw, tuple) and isinstance(value, list):
+            raw = list(raw)  # tuple defaults that __post_init__ turns into lists (hidden_sizes)
         if raw is None and isinstance(value, (list, tuple)) and value:
             derived[field.name] = list(value)
         if raw is None and isinstance(value, dict) and any(isinstance(v, (list, dict)) for v in value.values()):

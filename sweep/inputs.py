@@ -39,6 +39,7 @@ class Hints:
     image_tokens: int | None = None
     audio_tokens: int | None = None
     feature_dim: int | None = None  # last dimension input_features must have
+    tiles: int | None = None  # image tiles per sample (any-resolution layouts: (B, tiles, C, H, W))
     text_len: int = SEQ
 
 
@@ -95,7 +96,7 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
     names += [n for n in params if n in _required(params)]
     modalities = set(getattr(model, "input_modalities", ()) or ())
     for name in params:
-        if name in ("mm_token_type_ids", "pixel_attention_mask") and "pixel_values" in names:
+        if name in ("mm_token_type_ids", "pixel_attention_mask", "image_sizes") and "pixel_values" in names:
             names.append(name)
         if name in m.WITH_FEATURES and "input_features" in names:
             names.append(name)
@@ -124,6 +125,8 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
 # The models' own consistency checks, and what each one teaches.
 _PLACEHOLDERS = re.compile(r"(image|audio|video)?\s*(?:features|embeddings)? and (?:\w+ )?tokens do not match\W*"
                            r"tokens:?\s*(\d+)\D{1,40}?features:?\s*(\d+)", re.IGNORECASE | re.DOTALL)
+_TILES = re.compile(r"split_with_sizes expects split_sizes to sum exactly to \d+ \(input tensor's size at dimension "
+                    r"0\), but got split_sizes=\[(\d+)")
 _NORMALIZED = re.compile(r"normalized_shape=\[(\d+)\], expected input with shape \[\*, \1\], but got input of "
                          r"size\s*\[(\d+), (\d+), (\d+)\]")
 
@@ -140,6 +143,10 @@ def refine_hints(hints: Hints, exc: BaseException) -> bool:
             setattr(hints, field, per_row)
             return True
         return False
+    found = _TILES.search(message)
+    if found and hints.tiles != int(found.group(1)):
+        hints.tiles = int(found.group(1))
+        return True
     found = _NORMALIZED.search(message)
     if found and hints.feature_dim != int(found.group(1)):
         hints.feature_dim = int(found.group(1))

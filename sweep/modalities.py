@@ -219,7 +219,10 @@ def pixel_values(ctx: Context) -> torch.Tensor:
     frames = ctx.find("num_frames", where=lambda cfg: cfg is ctx.vision_config())
     if isinstance(frames, int) and frames > 0 and "video" in (getattr(ctx.model, "input_modalities", ()) or ()):
         return ctx.floats(ctx.batch, frames, c, h, w)
-    values = ctx.floats(ctx.batch, c, h, w)
+    if ctx.hints.tiles:
+        values = ctx.floats(ctx.batch, ctx.hints.tiles, c, h, w)
+    else:
+        values = ctx.floats(ctx.batch, c, h, w)
     ctx.made["pixel_values"] = values
     return values
 
@@ -311,6 +314,11 @@ def features_mask(ctx: Context) -> torch.Tensor | None:
     return None if x is None else torch.ones(x.shape[0], x.shape[-1], dtype=torch.long)
 
 
+def _mel_sequence(ctx: Context) -> torch.Tensor:
+    """(B, T, mels): encoders that name their spectrogram input ``audio_mel``."""
+    return ctx.floats(ctx.batch, _audio_frames(ctx), _mel_bins(ctx))
+
+
 def input_values(ctx: Context) -> torch.Tensor:
     return ctx.floats(ctx.batch, WAVEFORM)
 
@@ -328,6 +336,8 @@ def alternative_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, An
         x = base["input_values"]
         channels = ctx.find("audio_channels", "num_channels", "in_channels", default=1)
         out.append({"input_values": x[:, None, :].repeat(1, channels, 1).contiguous()})
+        if ctx.find("num_mel_bins") is not None:  # spectrogram transformers call their (B, T, mels) input_values
+            out.append({"input_values": ctx.floats(ctx.batch, _audio_frames(ctx), int(ctx.find("num_mel_bins")))})
     if isinstance(base.get("pixel_values"), torch.Tensor) and base["pixel_values"].dim() == 4:
         tiled = {"pixel_values": base["pixel_values"][:, None]}  # (B, tiles=1, C, H, W) layouts
         if "pixel_attention_mask" in base:
@@ -447,6 +457,8 @@ RECIPES: dict[str, Callable[[Context], Any]] = {
     "pixel_attention_mask": pixel_attention_mask,
     "pixel_values_videos": pixel_values_videos,
     "mm_token_type_ids": mm_token_type_ids,
+    "audio_mel": lambda ctx: _mel_sequence(ctx),
+    "audio_mel_mask": lambda ctx: torch.zeros(ctx.batch, _audio_frames(ctx), dtype=torch.bool),
     "hidden_states": lambda ctx: pixel_values(ctx) if "grid_thw" in ctx.params else None,
     **{name: (lambda ctx, name=name: _trajectory(ctx, name)) for name in TRAJECTORY_INPUTS},
     "pixel_mask": pixel_mask,

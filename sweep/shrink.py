@@ -53,6 +53,11 @@ PROFILES: tuple[Profile, ...] = (
             min_channel=16, audio_positions=64),
     Profile("geometry", width=64, heads=4, intermediate=128, keep_geometry=True),
 )
+# Tried when the profile that runs is over the parameter budget (conv stacks, codecs, big fixed heads).
+BUDGET_PROFILES: tuple[Profile, ...] = (
+    Profile("micro", width=16, heads=2, intermediate=32, vocab=256, max_positions=128, min_channel=4,
+            experts=2, top_k=1, low_rank=8, image_grid=4, conv_image_size=32, audio_positions=16),
+)
 
 
 # -- field vocabularies --------------------------------------------------------------------------------------
@@ -91,6 +96,8 @@ GROUP_COUNTS = ("n_group", "topk_group", "num_expert_groups", "num_groups_for_ro
                 "mamba_n_groups", "ssm_n_groups")
 STATE_SIZES = ("state_size", "d_state", "ssm_state_size", "mamba_d_state", "d_conv_state")
 SMALL_STATE = 16
+FRAME_COUNTS = ("num_frames", "frames_per_clip")
+MAX_FRAMES = 4
 LOW_RANKS = ("q_lora_rank", "kv_lora_rank", "o_lora_rank", "time_step_rank")
 ROPE_HEAD_DIMS = ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "qk_head_dim")
 VOCABS = ("vocab_size", "n_vocab", "text_vocab_size", "codebook_vocab_size", "target_vocab_size",
@@ -114,6 +121,9 @@ DEPTH_LISTS = ("depths", "num_layers_per_stage", "layers_per_stage", "block_repe
                "num_blocks_per_stage", "depth_per_stage", "encoder_layers_per_stage", "repeats",
                "stage_num_layers", "num_hidden_layers_per_stage")
 HEAD_LISTS = ("num_heads", "num_attention_heads", "heads", "num_heads_per_stage", "attention_heads")
+
+
+WIDE = 128  # a width-named field at least this wide is a model width whatever its value
 
 
 def _is_int(value: Any) -> bool:
@@ -227,14 +237,41 @@ def min_layers(node: Node, profile: Profile, old_layers: int) -> int:
             flat = [v for v in values if _is_int(v)]
             positives = [v for v in flat if v >= 0]
             negatives = [-v for v in flat if v < 0]
-            if positives:
-                need = max(need, max(positives) + (0 if key == "out_indices" else 1))
+            if positives:  # remapped onto the last layers by _remap_layer_indices: one layer each
+                need = max(need, len(set(positives)))
             if negatives:
                 need = max(need, max(negatives))
     for key in node.derived_patterns:
         pattern = node.derived_patterns[key]
         need = max(need, len({_hashable(v) for v in pattern}))
     return need
+
+
+def _shrink_periods(node: Node, layers: int) -> None:
+    """Every-k-th-layer patterns (``attn_layer_period`` / ``attn_layer_offset``) still hit a layer."""
+    for key in [k for k in node.args if k.endswith("_period")]:
+        period = node.args.get(key)
+        offset_key = key[: -len("_period")] + "_offset"
+        if _is_int(period) and period > layers:
+            node.args[key] = layers
+        offset = node.args.get(offset_key)
+        if _is_int(offset) and _is_int(node.args.get(key)) and offset >= node.args[key]:
+            node.args[offset_key] = node.args[key] - 1
+
+
+def _remap_layer_indices(node: Node, old_layers: int, layers: int) -> None:
+    """Non-negative layer indices move onto the last layers, in order (negative ones count from the end)."""
+    for key in LAYER_INDEX_FIELDS:
+        value = node.args.get(key)
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        positives = sorted({v for v in values if _is_int(v) and v >= 0})
+        if not positives or max(positives) < layers:
+            continue
+        one_based = key == "out_indices" or max(positives) == old_layers  # hidden states include the embeddings
+        top = layers + 1 if one_based else layers
+        mapping = {old: top - len(positives) + i for i, old in enumerate(positives)}
+        new = [mapping.get(v, v) if _is_int(v) else v for v in values]
+        node.args[key] = type(value)(new) if isinstance(value, (list, tuple)) else new[0]
 
 
 def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[int, int]) -> None:
@@ -246,7 +283,9 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
 
     # Heads first: they decide head_dim.
     old_heads = None
-    for key in HEAD_COUNTS:
+    head_keys = [k for k in args if k in HEAD_COUNTS or (k.endswith("_heads") and k not in KV_HEAD_COUNTS
+                                                          and "key_value" not in k and "kv" not in k)]
+    for key in head_keys:
         if _is_int(args.get(key)) and args[key] > 0:
             old_heads = old_heads or args[key]
             args[key] = min(args[key], profile.heads)
@@ -274,7 +313,7 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
     for key, value in list(args.items()):
         if not _is_int(value) or value <= 0:
             continue
-        if key in PRIMARY_WIDTHS or (_is_width_name(key) and value in widths):
+        if key in PRIMARY_WIDTHS or (_is_width_name(key) and (value in widths or value >= WIDE)):
             if value > new_width:
                 args[key] = new_width
         elif _is_intermediate_name(key) and value > profile.intermediate:
@@ -293,6 +332,9 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
         for key, pattern in node.derived_patterns.items():
             if args.get(key) is None and len(pattern) == old_layers:
                 args[key] = _resample_pattern(list(pattern), target)
+        _remap_layer_indices(node, old_layers, target)
+
+        _shrink_periods(node, target)
 
     # Mixture of experts and low-rank attention.
     for key in EXPERT_COUNTS:
@@ -310,6 +352,9 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
     for key in GROUP_COUNTS:
         if _is_int(args.get(key)) and args[key] > 1:
             args[key] = 1
+    for key in FRAME_COUNTS:
+        if _is_int(args.get(key)) and args[key] > MAX_FRAMES:
+            args[key] = MAX_FRAMES
     for key in STATE_SIZES:
         if _is_int(args.get(key)) and args[key] > SMALL_STATE:
             args[key] = SMALL_STATE
@@ -361,6 +406,25 @@ def image_patches(root: Node) -> int | None:
     return None
 
 
+def image_side(root: Node) -> int | None:
+    for node in root.walk():
+        image = node.args.get("image_size")
+        image = max(image) if _int_list(image) else image
+        if _is_int(image):
+            return image
+    return None
+
+
+def _scale_pinpoints(root: Node, old: int | None, new: int | None) -> None:
+    """Any-resolution tilings (``image_grid_pinpoints``) scale with the image side."""
+    if not old or not new or old == new:
+        return
+    for node in root.walk():
+        points = node.args.get("image_grid_pinpoints") or node.derived_patterns.get("image_grid_pinpoints")
+        if isinstance(points, (list, tuple)) and points and all(_int_list(p) for p in points):
+            node.args["image_grid_pinpoints"] = [[v * new // old for v in p] for p in points]
+
+
 def _scale_image_token_counts(root: Node, old: int | None, new: int | None) -> None:
     if not old or not new or old == new:
         return
@@ -394,10 +458,25 @@ HIERARCHICAL_WINDOW = 2
 
 def _fill_required_unset(node: Node, profile: Profile, token_map: dict[int, int]) -> None:
     args = node.args
+    if "vocab_size" in node.fields and args.get("vocab_size") is None and node.children == {}:
+        args["vocab_size"] = profile.vocab
     if "pad_token_id" in node.fields and args.get("pad_token_id") is None and _is_int(args.get("vocab_size")):
         args["pad_token_id"] = min(args["vocab_size"], profile.vocab) - 1 - len(token_map)
     if "prediction_length" in node.fields and args.get("prediction_length") is None:
         args["prediction_length"] = PREDICTION_LENGTH
+
+
+PLACEHOLDER_FIELDS = ("image_token_index", "image_token_id")
+
+
+def _fill_unset_placeholder_ids(root: Node, profile: Profile, token_map: dict[int, int]) -> None:
+    """A multimodal config whose image placeholder id defaults to None (BLIP-2) gets a reserved id."""
+    vocabs = [n.args["vocab_size"] for n in root.walk() if _is_int(n.args.get("vocab_size"))]
+    if not vocabs or not root.children:
+        return
+    for key in PLACEHOLDER_FIELDS:
+        if key in root.fields and root.args.get(key) is None:
+            root.args[key] = min(min(vocabs), profile.vocab) - 2 - len(token_map)
 
 
 def _shrink_vision(node: Node, profile: Profile) -> None:
@@ -490,16 +569,19 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
     forward error by :func:`implicit_default_from_error`); they are added before shrinking so they shrink too.
     """
     root = raw_tree(base, from_defaults=False) if base is not None else raw_tree(config_class())
-    for node in root.walk():
-        for key, value in (implicit_defaults or {}).items():
-            if key in node.fields and isinstance(value, dict):
-                node.args[key] = {**(node.args.get(key) or {}), **value}
     widths = tree_widths(root)
     token_map = token_id_map(root, profile.vocab)
     old_patches = image_patches(root)
+    old_side = image_side(root)
     for node in root.walk():
         shrink_node(node, profile, widths, token_map)
     _scale_image_token_counts(root, old_patches, image_patches(root))
+    _scale_pinpoints(root, old_side, image_side(root))
+    _fill_unset_placeholder_ids(root, profile, token_map)
+    for node in root.walk():  # exact values the modeling code asked for, after the generic rescaling
+        for key, value in (implicit_defaults or {}).items():
+            if key in node.fields and isinstance(value, dict) and (node.args.get(key) or "rope" in key):
+                node.args[key] = {**(node.args.get(key) or {}), **value}
     if overrides:
         root.apply(overrides)
     return build_with_repairs(root)
@@ -508,14 +590,16 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
 # -- values the modeling code assumes when the config leaves them out -----------------------------------------
 # Qwen-VL style models split the rotary frequencies with `rope_parameters.get("mrope_section", [16, 24, 24])`: a
 # default sized for head_dim 128. The forward error names the sections; they are added and rescaled.
-_SPLIT_SECTIONS = re.compile(r"split_with_sizes expects split_sizes to sum exactly to (\d+).*?split_sizes=\[([\d, ]+)\]")
+_SPLIT_SECTIONS = re.compile(r"split_with_sizes expects split_sizes to sum exactly to (\d+) \(input tensor's size at "
+                             r"dimension -1\).*?split_sizes=\[([\d, ]+)\]")
 
 
 def implicit_default_from_error(message: str) -> dict | None:
     found = _SPLIT_SECTIONS.search(message)
     if not found:
         return None
-    return {"rope_parameters": {"mrope_section": [int(v) for v in found.group(2).split(",")]}}
+    total, sections = int(found.group(1)), [int(v) for v in found.group(2).split(",")]
+    return {"rope_parameters": {"mrope_section": _proportional(sections, total)}}
 
 
 # -- repairs from the config's own validation messages ---------------------------------------------------------

@@ -22,7 +22,7 @@ import torch
 
 from sweep import catalog, inputs, overrides
 from sweep.errors import (CONFIG_ERROR, FORWARD_ERROR, INIT_ERROR, STAGE_ORDER, ZooError, as_missing_dependency)
-from sweep.shrink import PROFILES, Profile, implicit_default_from_error, shrink_config
+from sweep.shrink import BUDGET_PROFILES, PROFILES, Profile, implicit_default_from_error, shrink_config
 
 PARAMETER_BUDGET = 5_000_000
 MISMATCH_RETRIES = 3
@@ -102,9 +102,24 @@ def build_case(name: str, seed: int = 0, config: Any = None) -> Case:
         if case.num_parameters <= PARAMETER_BUDGET or rules.get("over_budget"):
             return case
         over_budget = over_budget if over_budget and over_budget.num_parameters <= case.num_parameters else case
+        break
     if over_budget is not None:
-        return over_budget
+        return _within_budget(name, record, cls, rules, seed, start, over_budget)
     raise max(failures, key=lambda e: STAGE_ORDER.index(e.category))
+
+
+def _within_budget(name, record, cls, rules, seed, start, case: Case) -> Case:
+    """Re-shrink harder while over the parameter budget; the smallest case that runs wins."""
+    for profile in BUDGET_PROFILES:
+        try:
+            model, case_inputs = _build_and_run(cls, profile, rules, seed, name)
+        except ZooError:
+            continue
+        smaller = _case(name, record, model, case_inputs, profile.name, start, "synthesised")
+        if smaller.num_parameters < case.num_parameters:
+            case = smaller
+    case.seconds = time.perf_counter() - start
+    return case
 
 
 def _ladder(rules: dict) -> list[Profile]:

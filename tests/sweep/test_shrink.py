@@ -50,9 +50,32 @@ def test_derived_fields_are_rederived():
 
 
 def test_mrope_sections_sum_to_half_the_head_dim():
-    config = shrink.shrink_config(Qwen2VLConfig).text_config
+    # Qwen2-VL's default config leaves mrope_section out; the modeling code assumes [16, 24, 24] (head_dim 128)
+    # and says so in its error, from which the zoo learns it.
+    message = ("split_with_sizes expects split_sizes to sum exactly to 4 (input tensor's size at dimension -1), "
+               "but got split_sizes=[16, 24, 24]")
+    implicit = shrink.implicit_default_from_error(message)
+    assert sum(implicit["rope_parameters"]["mrope_section"]) == 4
+    config = shrink.shrink_config(Qwen2VLConfig, implicit_defaults=implicit).text_config
     head_dim = config.hidden_size // config.num_attention_heads
     assert sum(config.rope_parameters["mrope_section"]) == head_dim // 2
+
+
+def test_equality_repairs_follow_the_validation_message():
+    root = raw_tree(LlavaConfig())
+    message = "ValueError: `vision_config.hidden_size` (1024) must equal `text_config.hidden_size` (32)."
+    assert shrink._repair_equality(root, message)
+    assert root.children["vision_config"].args["hidden_size"] == 32
+    assert not shrink._repair_equality(root, message.replace("1024", "32"))  # nothing left to repair
+    assert not shrink._repair_equality(root, "ValueError: something else")
+
+
+def test_layer_indices_move_onto_the_remaining_layers():
+    from transformers import Qwen3VLMoeConfig
+
+    vision = shrink.shrink_config(Qwen3VLMoeConfig).vision_config
+    assert len(vision.deepstack_visual_indexes) == 3
+    assert max(vision.deepstack_visual_indexes) < vision.depth <= 3
 
 
 def test_conv_net_channels_share_one_value_map():
