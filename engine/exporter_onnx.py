@@ -16,14 +16,18 @@ into ONNX. Five stages surround that call, labelled below as in the reference de
 
 Graph inputs are named after the ``get_leaf_tensors`` names of the inputs (``input_ids``,
 ``past_key_values.0.keys``) and graph outputs after those of the eager outputs (``logits``, ...), so
-:func:`engine.run_exported` maps an onnxruntime result straight back to eager leaves.
+:func:`engine.run_exported` maps an onnxruntime result straight back to eager leaves. ONNX names are unique
+within a graph, so an input leaf that is also an output leaf (a cache fed in and returned updated) is named
+``input.<leaf>`` and a bare tensor output ``output``; the leaf names themselves are recorded in the model's
+``metadata_props``.
 
 Inventory of the workarounds: ``grep -nE "^def (_patch_|_fix_|_aten_)" engine/exporter_onnx.py engine/onnx_translations.py``.
 """
 
 from __future__ import annotations
 
-import copy
+import contextvars
+import json
 import logging
 import os
 import time
@@ -39,7 +43,7 @@ from engine.errors import ConfigError, ExportStageError, require
 from engine.exporter_dynamo import DynamoExporter
 from engine.patches import apply_fx_node_fixes, apply_patches, register_fx_node_fix, register_patch
 from engine.prepare import model_name
-from engine.pytree import get_leaf_tensors, iter_leaf_tensors
+from engine.pytree import iter_leaf_tensors
 
 logger = logging.getLogger("engine")
 
@@ -78,7 +82,11 @@ class OnnxExporter(DynamoExporter):
         clock = time.perf_counter()
 
         # Stage 1 (torch patches) is active inside trace(): "onnx" is one of this exporter's patch_backends.
-        program = self.trace(model, inputs, config)
+        target = TARGET_OPSET.set(opset)
+        try:
+            program = self.trace(model, inputs, config)
+        finally:
+            TARGET_OPSET.reset(target)
         input_names, output_names = io_leaf_names(program)
         timings["trace"], clock = _lap(clock)
 
@@ -113,7 +121,7 @@ class OnnxExporter(DynamoExporter):
         # ── Stage 5: IR fixes ──────────────────────────────────────────────────────────────────────
         apply_ir_fixes(onnx_program.model)
         try:
-            name_graph_io(onnx_program.model.graph, input_names, output_names)
+            name_graph_io(onnx_program.model, input_names, output_names)
         except ValueError as e:
             raise ExportStageError("onnx-export", name, e) from e
 
@@ -212,18 +220,34 @@ def io_leaf_names(program: torch.export.ExportedProgram) -> tuple[list[str], lis
     return input_names, _leaf_names(spec.out_spec)
 
 
-def name_graph_io(graph, input_names: list[str], output_names: list[str]) -> None:
-    """Rename the graph's user inputs and its outputs. An output that is a graph input, an initializer, or an
-    earlier output goes through an ``Identity`` first, so every name lands on its own value."""
+#: prefix of a graph input whose leaf name is also an output's (a cache fed in and returned updated)
+INPUT_PREFIX = "input."
+#: name of the graph output when the model returns a bare tensor (whose leaf name is "")
+BARE_OUTPUT = "output"
+#: ``metadata_props`` keys holding the leaf names of the graph's inputs and outputs, as JSON lists
+INPUT_LEAVES_KEY, OUTPUT_LEAVES_KEY = "export_sweep.input_leaves", "export_sweep.output_leaves"
+
+
+def name_graph_io(model, input_names: list[str], output_names: list[str]) -> None:
+    """Name the graph's user inputs and its outputs after their leaves, and record the leaf names in the
+    model's ``metadata_props`` (they travel with a saved file) for the runner to map results back.
+
+    ONNX names must be unique and non-empty: an input leaf that is also an output leaf (``past_key_values.0.keys``
+    in a decode step) is named ``input.past_key_values.0.keys``, and a bare tensor output (leaf ``""``) is named
+    ``output``; every other name is the leaf name itself. An output that is a graph input, an initializer or an
+    earlier output goes through an ``Identity`` first, so every name lands on its own value.
+    """
     import onnx_ir as ir
 
+    graph = model.graph
     if len(graph.inputs) < len(input_names) or len(graph.outputs) != len(output_names):
         raise ValueError(
             f"the ONNX graph has {len(graph.inputs)} inputs and {len(graph.outputs)} outputs, but the inputs have "
             f"{len(input_names)} tensor leaves and the outputs {len(output_names)}"
         )
+    outputs = set(output_names)
     for value, leaf in zip(graph.inputs, input_names):
-        value.name = leaf
+        value.name = f"{INPUT_PREFIX}{leaf}" if leaf in outputs else leaf
     seen: set[int] = set()
     for index, (value, leaf) in enumerate(zip(list(graph.outputs), output_names)):
         if value.is_graph_input() or value.is_initializer() or id(value) in seen:
@@ -233,7 +257,9 @@ def name_graph_io(graph, input_names: list[str], output_names: list[str]) -> Non
             graph.append(identity)
             graph.outputs[index] = value = out
         seen.add(id(value))
-        value.name = leaf
+        value.name = leaf or BARE_OUTPUT
+    model.metadata_props[INPUT_LEAVES_KEY] = json.dumps(input_names)
+    model.metadata_props[OUTPUT_LEAVES_KEY] = json.dumps(output_names)
 
 
 # ─── Saving ──────────────────────────────────────────────────────────────────────────────────────
@@ -283,18 +309,26 @@ def save_onnx(onnx_program, path: str | os.PathLike, *, external_data: bool = Tr
 # torch.onnx.export). Each exists because a test model needs it; the docstring names pattern and issue.
 
 
+#: the opset being exported to, for the patches whose need depends on it (set by OnnxExporter.export)
+TARGET_OPSET: contextvars.ContextVar[int | None] = contextvars.ContextVar("target_opset", default=None)
+#: first opset with the ONNX ``Attention`` op, which torch.onnx lowers SDPA to from there on
+ATTENTION_OPSET = 23
+
+
 @register_patch("onnx", "torch.nn.functional.scaled_dot_product_attention", requires={"onnxscript": "<0.8"})
 def _patch_sdpa_fully_masked_rows(original: Callable) -> Callable:
-    """Zero the output rows whose boolean mask attends to no key, as torch's SDPA does.
+    """Zero the output rows whose boolean mask attends to no key, as torch's SDPA does (opsets < 23).
 
     Pattern: a causal mask combined with left padding (any batched decoder prompt: llama, gpt2, qwen3, gemma3,
     CLIP's text tower) leaves query rows that may attend to nothing. torch's SDPA returns zeros there
-    (``_safe_softmax``, https://github.com/pytorch/pytorch/issues/103749). torchlib's boolean-mask SDPA
-    lowering used to match that with ``Where(IsNaN(softmax), 0, softmax)`` over a ``-inf`` mask
-    (https://github.com/microsoft/onnxscript/pull/2479), but since
-    https://github.com/microsoft/onnxscript/pull/2654 the mask uses the lowest finite float, the softmax
-    never yields NaN and such rows average every value instead; the error spreads to every later layer.
-    TODO: no upstream issue found for that regression.
+    (``_safe_softmax``, https://github.com/pytorch/pytorch/issues/103749). Below opset 23, torchlib lowers a
+    boolean-mask SDPA to ``Softmax``; it used to match torch with ``Where(IsNaN(softmax), 0, softmax)`` over a
+    ``-inf`` mask (https://github.com/microsoft/onnxscript/pull/2479), but since
+    https://github.com/microsoft/onnxscript/pull/2654 the mask uses the lowest finite float, the softmax never
+    yields NaN and such rows average every value instead; the error spreads to every later layer (llama at
+    opset 20: logits off by 0.1). TODO: no upstream issue found for that regression.
+    From opset 23 torch.onnx emits the ONNX ``Attention`` op, which onnxruntime computes as torch does, so the
+    patch then leaves SDPA alone.
 
     The rewrite keeps SDPA and zeroes, after it, the rows whose mask is all False. Float masks are left alone:
     there torch and ONNX agree (both average over a finite minimum, both give NaN over ``-inf``).
@@ -302,7 +336,7 @@ def _patch_sdpa_fully_masked_rows(original: Callable) -> Callable:
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, *args, **kwargs):
         output = original(query, key, value, attn_mask, *args, **kwargs)
-        if attn_mask is None or attn_mask.dtype != torch.bool:
+        if attn_mask is None or attn_mask.dtype != torch.bool or (TARGET_OPSET.get() or 0) >= ATTENTION_OPSET:
             return output
         attends = attn_mask.sum(dim=-1, keepdim=True) > 0  # a bool ReduceMax has no onnxruntime CPU kernel
         return torch.where(attends, output, torch.zeros((), dtype=output.dtype, device=output.device))

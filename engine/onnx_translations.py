@@ -39,11 +39,23 @@ def _aten_grouped_mm(mat_a: TFloat, mat_b: TFloat, offs: INT64, bias: TFloat | N
 
     The group count ``G = mat_b.shape[0]`` is static (the number of experts), so the product unrolls into one
     ``Slice`` of rows + ``MatMul`` per group and a final ``Concat``; an empty group slices zero rows. This never
-    materialises a per-row copy of the weights.
+    materialises a per-row copy of the weights. Half-precision operands are multiplied in float32 and the
+    result cast back (or to ``out_dtype``): that is what the kernel does (it accumulates in float32), and
+    onnxruntime's CPU provider has no bfloat16 ``MatMul``.
     """
     groups = mat_b.shape[0] if mat_b.shape is not None else None
     if not isinstance(groups, int):
         raise ValueError("_grouped_mm: the number of groups (mat_b.shape[0]) must be static to lower to ONNX")
+    result_dtype = mat_a.dtype
+    if out_dtype is not None:
+        result_dtype = _ONNX_DTYPE[out_dtype] if isinstance(out_dtype, torch.dtype) else ir.DataType(out_dtype)
+    if mat_a.dtype in (ir.DataType.BFLOAT16, ir.DataType.FLOAT16):
+        mat_a, mat_b = op.Cast(mat_a, to=ir.DataType.FLOAT.value), op.Cast(mat_b, to=ir.DataType.FLOAT.value)
+        if bias is not None:
+            bias = op.Cast(bias, to=ir.DataType.FLOAT.value)
+        computed = ir.DataType.FLOAT
+    else:
+        computed = mat_a.dtype
     axis0 = op.Constant(value_ints=[0])
     ends = op.Cast(offs, to=ir.DataType.INT64.value)
     start = op.Constant(value_ints=[0])
@@ -57,10 +69,9 @@ def _aten_grouped_mm(mat_a: TFloat, mat_b: TFloat, offs: INT64, bias: TFloat | N
             piece = op.Add(piece, op.Gather(bias, op.Constant(value_int=g), axis=0))
         pieces.append(piece)
         start = end
-    result = op.Concat(*pieces, axis=0) if groups > 1 else pieces[0]
-    if out_dtype is not None:
-        dtype = _ONNX_DTYPE[out_dtype] if isinstance(out_dtype, torch.dtype) else ir.DataType(out_dtype)
-        result = op.Cast(result, to=dtype.value)
+    result = op.Concat(*pieces, axis=0) if groups > 1 else op.Identity(pieces[0])
+    if result_dtype != computed:
+        result = op.Cast(result, to=result_dtype.value)
     return result
 
 

@@ -1,13 +1,15 @@
 """onnxruntime runner for :func:`engine.run_exported`: an ``ONNXProgram`` or a saved ``.onnx`` file, on CPU.
 
-Inputs are fed by graph input name: the exporter names graph inputs after the ``get_leaf_tensors`` names of
-the inputs, so the inputs dict (caches included) is flattened with :func:`engine.pytree.iter_leaf_tensors`
-and matched by name. Outputs come back keyed by graph output name, which the exporter set to the eager
-output leaf names (``logits``, ``past_key_values.0.keys``, ...).
+Inputs are fed by leaf name: the inputs dict (caches included) is flattened with
+:func:`engine.pytree.iter_leaf_tensors`, and each graph input takes the leaf the exporter named it after.
+Outputs come back keyed by the eager output leaf names (``logits``, ``past_key_values.0.keys``, ...). Both
+mappings are read from the leaf names the exporter records in the model's ``metadata_props``, so they hold for
+a saved file too.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import weakref
 from pathlib import Path
@@ -17,6 +19,7 @@ import numpy as np
 import torch
 
 from engine.errors import ExportStageError, InputError, require
+from engine.exporter_onnx import INPUT_LEAVES_KEY, INPUT_PREFIX, OUTPUT_LEAVES_KEY
 from engine.pytree import iter_leaf_tensors
 from engine.runtime import register_runner
 
@@ -71,17 +74,37 @@ def _to_numpy(name: str, tensor: torch.Tensor) -> np.ndarray:
     return tensor.contiguous().numpy()
 
 
+def _recorded_leaves(session, key: str, count: int) -> list[str] | None:
+    """Leaf names the exporter recorded in the model's metadata; None for a model from elsewhere."""
+    recorded = session.get_modelmeta().custom_metadata_map.get(key)
+    if recorded is None:
+        return None
+    names = json.loads(recorded)
+    return names if len(names) <= count else None
+
+
 @register_runner(_is_onnx_artifact)
 def run_onnx(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """Run on onnxruntime (CPU); ``{graph output name: tensor}``, in graph output order."""
+    """Run on onnxruntime (CPU); ``{output leaf name: tensor}``, in graph output order.
+
+    A model this engine exported records the leaf name of each graph input and output in its metadata;
+    for any other model the graph names are used as they are (``input.<leaf>`` still takes ``<leaf>``).
+    """
     session = session_for(artifact)
     leaves = dict(iter_leaf_tensors(inputs))
+    graph_inputs, graph_outputs = session.get_inputs(), session.get_outputs()
+    input_leaves = _recorded_leaves(session, INPUT_LEAVES_KEY, len(graph_inputs)) or []
     feeds, missing = {}, []
-    for graph_input in session.get_inputs():
-        if graph_input.name in leaves:
-            feeds[graph_input.name] = _to_numpy(graph_input.name, leaves[graph_input.name])
+    for index, graph_input in enumerate(graph_inputs):
+        name = graph_input.name
+        if index < len(input_leaves):
+            leaf = input_leaves[index]
         else:
-            missing.append(graph_input.name)
+            leaf = name if name in leaves else name.removeprefix(INPUT_PREFIX)
+        if leaf in leaves:
+            feeds[name] = _to_numpy(leaf, leaves[leaf])
+        else:
+            missing.append(leaf)
     # initializers kept as inputs (keep_initializers_as_inputs) are optional: they default to the stored weights
     overridable = {i.name for i in session.get_overridable_initializers()}
     missing = [m for m in missing if m not in overridable]
@@ -94,4 +117,7 @@ def run_onnx(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
         results = session.run(None, feeds)
     except Exception as e:
         raise ExportStageError("run", _artifact_name(artifact), e) from e
-    return {out.name: torch.from_numpy(np.asarray(r)) for out, r in zip(session.get_outputs(), results)}
+    output_leaves = _recorded_leaves(session, OUTPUT_LEAVES_KEY, len(graph_outputs))
+    if output_leaves is None or len(output_leaves) != len(graph_outputs):
+        output_leaves = [o.name for o in graph_outputs]
+    return {leaf: torch.from_numpy(np.asarray(r)) for leaf, r in zip(output_leaves, results)}

@@ -1,0 +1,353 @@
+"""OnnxExporter: twelve tiny architectures exported with dynamic shapes and run in onnxruntime at another shape,
+the translation table proven op by op, saving and reloading in a bare session, and the errors it raises."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import engine.patches
+from engine import (
+    AutoExportConfig,
+    AutoExporter,
+    ConfigError,
+    MissingDependencyError,
+    OnnxConfig,
+    get_leaf_tensors,
+    run_exported,
+)
+from engine.compare import compare_leaves
+from engine.exporter_onnx import OnnxExporter, sidecar_path, supported_opsets
+from engine.pytree import iter_leaf_tensors
+from tests.engine.tiny_models import TINY_MODELS
+
+ATOL = RTOL = 1e-4
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+
+
+def eager_leaves(model, inputs):
+    with torch.no_grad():
+        return get_leaf_tensors(model(**copy.deepcopy(inputs)))  # eager forward mutates caches in place
+
+
+def export(model, inputs, **config):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # specialisation reports are DynamoExporter's tests' business
+        return OnnxExporter().export(model, inputs, config=OnnxConfig(**config))
+
+
+def check_at_run_shape(name: str, program) -> None:
+    tiny = TINY_MODELS[name]
+    model = tiny.model()
+    run_inputs = tiny.inputs("run", seed=1)
+    comparison = compare_leaves(eager_leaves(model, run_inputs), run_exported(program, run_inputs), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+
+
+# ─── Twelve architectures ────────────────────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("name", list(TINY_MODELS))
+def test_dynamic_export_runs_in_onnxruntime_at_another_shape(name):
+    tiny = TINY_MODELS[name]
+    model = tiny.model()
+    trace_inputs = tiny.inputs("trace")
+    program = export(model, trace_inputs, dynamic=True)
+    assert isinstance(program, torch.onnx.ONNXProgram)
+    onnx.checker.check_model(program.model_proto, full_check=True)
+
+    # graph inputs and outputs carry the leaf names of the inputs and of the eager outputs
+    graph = program.model.graph
+    assert [v.name for v in graph.inputs] == [n for n, _ in iter_leaf_tensors(trace_inputs)]
+    assert [v.name for v in graph.outputs] == list(eager_leaves(model, trace_inputs))
+
+    check_at_run_shape(name, program)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_export_to_an_older_opset(name):
+    """Below opset 23 SDPA lowers to Softmax (no ONNX Attention op): the fully-masked-rows patch is needed."""
+    tiny = TINY_MODELS[name]
+    program = export(tiny.model(), tiny.inputs("trace"), dynamic=True, opset_version=20)
+    assert program.model.opset_imports[""] == 20
+    onnx.checker.check_model(program.model_proto, full_check=True)
+    check_at_run_shape(name, program)
+
+
+@pytest.mark.parametrize("name", ["llama", "mixtral", "t5", "whisper", "convnext"])
+def test_unoptimized_export(name):
+    tiny = TINY_MODELS[name]
+    program = export(tiny.model(), tiny.inputs("trace"), dynamic=True, optimize=False)
+    onnx.checker.check_model(program.model_proto, full_check=True)
+    check_at_run_shape(name, program)
+
+
+def test_cache_is_a_graph_input():
+    """A decode step: the cache leaves are graph inputs named like the eager ones, fed back by name."""
+    tiny = TINY_MODELS["llama"]
+    model = tiny.model()
+    prefill = tiny.inputs("trace")
+    with torch.no_grad():
+        cache = model(**copy.deepcopy(prefill)).past_key_values
+    batch, past = prefill["input_ids"].shape
+
+    def step(length, cache):
+        return {
+            "input_ids": torch.randint(0, 96, (batch, length)),
+            "attention_mask": torch.ones(batch, past + length, dtype=torch.long),
+            "past_key_values": cache,
+        }
+
+    program = export(model, step(3, cache), dynamic=True)
+    # ONNX names are unique: a cache leaf both fed in and returned is `input.<leaf>` on the input side
+    names = [v.name for v in program.model.graph.inputs]
+    assert names[:3] == ["input_ids", "attention_mask", "input.past_key_values.0.keys"]
+    assert [v.name for v in program.model.graph.outputs] == list(eager_leaves(model, step(3, cache)))
+    run_inputs = step(1, cache)
+    got = run_exported(program, run_inputs)
+    assert got["past_key_values.0.keys"].shape[2] == past + 1
+    comparison = compare_leaves(eager_leaves(model, run_inputs), got, atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+
+
+# ─── Saving ──────────────────────────────────────────────────────────────────────────────────────
+
+BARE_SESSION = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import onnxruntime as ort
+    model, feeds, out = sys.argv[1:]
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    feeds = dict(np.load(feeds))
+    results = session.run(None, feeds)
+    np.savez(out, **{o.name: r for o, r in zip(session.get_outputs(), results)})
+    assert not any(m == "engine" or m.startswith("engine.") for m in sys.modules), "engine was imported"
+    """
+)
+
+
+def run_in_bare_session(path, inputs, tmp_path) -> dict[str, torch.Tensor]:
+    """Run a saved model in a fresh interpreter that imports only onnxruntime and numpy."""
+    feeds, out = tmp_path / "feeds.npz", tmp_path / "out.npz"
+    np.savez(feeds, **{n: t.numpy() for n, t in iter_leaf_tensors(inputs)})
+    done = subprocess.run([sys.executable, "-c", BARE_SESSION, str(path), str(feeds), str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with np.load(out) as results:
+        return {name: torch.from_numpy(results[name]) for name in results.files}
+
+
+@pytest.mark.parametrize(("name", "external_data"), [("gpt2", True), ("clip", False)])
+def test_saved_model_reloads_in_a_bare_session(name, external_data, tmp_path):
+    tiny = TINY_MODELS[name]
+    model = tiny.model()
+    path = tmp_path / "model.onnx"
+    export(model, tiny.inputs("trace"), dynamic=True, output_path=str(path), external_data=external_data)
+    assert path.is_file()
+    assert sidecar_path(path).is_file() == external_data
+    onnx.checker.check_model(str(path), full_check=True)
+
+    run_inputs = tiny.inputs("run", seed=1)
+    expected = eager_leaves(model, run_inputs)
+    for got in (run_in_bare_session(path, run_inputs, tmp_path), run_exported(path, run_inputs)):
+        comparison = compare_leaves(expected, got, atol=ATOL, rtol=RTOL)
+        assert comparison.ok, str(comparison)
+
+
+def test_save_without_params_and_with_initializers_as_inputs(tmp_path):
+    tiny = TINY_MODELS["bert"]
+    model = tiny.model()
+    inputs = tiny.inputs("trace")
+    program = export(model, inputs, output_path=tmp_path / "as_inputs.onnx", keep_initializers_as_inputs=True)
+    in_memory = [v.name for v in program.model.graph.inputs]
+    assert in_memory == list(inputs), "saving must leave the in-memory program as it was"
+    saved = onnx.load(str(tmp_path / "as_inputs.onnx"))
+    assert len(saved.graph.input) > len(inputs) and len(saved.graph.initializer) > 0
+    # weights kept as inputs are optional: the user inputs alone still run
+    comparison = compare_leaves(eager_leaves(model, inputs), run_exported(tmp_path / "as_inputs.onnx", inputs))
+    assert comparison.ok, str(comparison)
+
+    export(model, inputs, output_path=tmp_path / "no_params.onnx", export_params=False)
+    bare = onnx.load(str(tmp_path / "no_params.onnx"), load_external_data=False)
+    assert len(bare.graph.initializer) == 0 and not sidecar_path(tmp_path / "no_params.onnx").exists()
+
+
+# ─── Translations (stage 4) and patches (stages 1-3), op by op ───────────────────────────────────
+
+class GroupedMM(torch.nn.Module):
+    """MoE experts: rows sorted by expert, ``offs`` the cumulative row count per expert."""
+
+    def __init__(self, fallback: bool):
+        super().__init__()
+        # 16-byte bf16 rows (_grouped_mm requires them); small integers, exact in bfloat16
+        self.weight = torch.nn.Parameter(torch.randint(-3, 4, (3, 8, 8)).float())
+        self.fallback = fallback
+
+    def forward(self, x, offs):
+        if self.fallback:
+            import transformers.integrations.moe  # noqa: F401  (registers transformers::grouped_mm_fallback)
+
+            return torch.ops.transformers.grouped_mm_fallback(x, self.weight, offs)
+        # torch._grouped_mm traces in bfloat16 only; the feed and the result stay float32 for numpy
+        return torch._grouped_mm(x.to(torch.bfloat16), self.weight.to(torch.bfloat16), offs=offs).float()
+
+
+class WeightedBincount(torch.nn.Module):
+    def forward(self, ids, weights):
+        return torch.bincount(ids, weights=weights, minlength=4)
+
+
+class BoolMaskIndexPut(torch.nn.Module):
+    """``embeds[mask] = features`` (multimodal merge) and ``x[mask] = scalar``; torchlib lowers both right."""
+
+    def forward(self, embeds, mask, features):
+        embeds = embeds.clone()
+        embeds[mask] = features
+        embeds[~mask] = embeds[~mask] * 0.5
+        return embeds
+
+
+class MaskedAttention(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _grouped_inputs(rows, seed):
+    g = torch.Generator().manual_seed(seed)
+    cut = sorted(torch.randint(0, rows + 1, (2,), generator=g).tolist())
+    # small integers: exact in bfloat16 and in any summation order, so the bf16 case compares at 1e-4 too
+    x = torch.randint(-3, 4, (rows, 8), generator=g).float()
+    return {"x": x, "offs": torch.tensor([cut[0], cut[1], rows], dtype=torch.int32)}
+
+
+def _embed_inputs(batch, length, seed):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(batch, length, generator=g) > 0.5
+    mask[0, 0] = True
+    return {"embeds": torch.randn(batch, length, 4, generator=g), "mask": mask, "features": torch.randn(int(mask.sum()), 4, generator=g)}
+
+
+def _attention_inputs(batch, length, seed):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, 1, length, length, dtype=torch.bool).tril()
+    mask[0, :, :, : length // 2] = False  # left padding: the first rows of batch 0 attend to nothing
+    q, k, v = (torch.randn(batch, 2, length, 8, generator=g) for _ in range(3))
+    return {"q": q, "k": k, "v": v, "mask": mask}
+
+
+OP_CASES = {
+    # name: (module, trace inputs, run inputs[, config]); opset 20 is where the SDPA patch matters
+    "grouped_mm_fallback": (lambda: GroupedMM(fallback=True), _grouped_inputs(7, 0), _grouped_inputs(11, 1)),
+    "aten_grouped_mm": (lambda: GroupedMM(fallback=False), _grouped_inputs(7, 0), _grouped_inputs(5, 1)),
+    "bincount_weights": (
+        WeightedBincount,
+        {"ids": torch.tensor([0, 1, 1, 5, 2]), "weights": torch.rand(5)},
+        {"ids": torch.tensor([6, 6, 1, 0, 2, 2, 2]), "weights": torch.rand(7)},
+    ),
+    "index_put_bool_mask": (BoolMaskIndexPut, _embed_inputs(2, 7, 0), _embed_inputs(3, 5, 1)),
+    "sdpa_fully_masked_rows": (MaskedAttention, _attention_inputs(2, 6, 0), _attention_inputs(3, 9, 1), {"opset_version": 20}),
+    "sdpa_fully_masked_rows_attention_op": (MaskedAttention, _attention_inputs(2, 6, 0), _attention_inputs(3, 9, 1)),
+}
+
+
+@pytest.mark.parametrize("case", list(OP_CASES))
+def test_op_lowering_matches_eager(case):
+    make, trace_inputs, run_inputs, *config = OP_CASES[case]
+    torch.manual_seed(0)
+    module = make().eval()
+    program = export(module, trace_inputs, dynamic=True, **(config[0] if config else {}))
+    onnx.checker.check_model(program.model_proto, full_check=True)
+    comparison = compare_leaves(eager_leaves(module, run_inputs), run_exported(program, run_inputs), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+
+
+def test_fx_fixes_run_again_after_decomposition(monkeypatch):
+    """Stage 2 hooks torch.onnx's decomposition step: every FX node fix sees the decomposed graph too."""
+    seen = []
+
+    def _fix_record_graphs(gm, node):
+        if gm not in seen:
+            seen.append(gm)
+        return False
+
+    fixes = {**engine.patches._FX_NODE_FIXES, "onnx": [*engine.patches._FX_NODE_FIXES["onnx"], _fix_record_graphs]}
+    monkeypatch.setattr(engine.patches, "_FX_NODE_FIXES", fixes)
+    make, trace_inputs, *_ = OP_CASES["index_put_bool_mask"]
+    program = export(make(), trace_inputs, dynamic=True)
+    assert len(seen) == 2, "expected one pass on the exported graph and one on the decomposed graph"
+    assert seen[1] is program.exported_program.graph_module
+
+
+# ─── Config, defaults and errors ─────────────────────────────────────────────────────────────────
+
+def test_auto_classes_pick_onnx():
+    config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True, "optimize": False})
+    assert isinstance(config, OnnxConfig) and config.optimize is False
+    assert isinstance(AutoExporter.from_config(config), OnnxExporter)
+    assert isinstance(AutoExporter.from_config({"export_format": "onnx"}), OnnxExporter)
+    tiny = TINY_MODELS["vit"]
+    program = AutoExporter.export(tiny.model(), tiny.inputs("trace"), {"export_format": "onnx", "dynamic": True})
+    assert isinstance(program, torch.onnx.ONNXProgram)
+
+
+def test_default_opset_is_the_newest_onnxscript_supports():
+    tiny = TINY_MODELS["vit"]
+    program = export(tiny.model(), tiny.inputs("trace"))
+    assert program.model.opset_imports[""] == supported_opsets()[-1]
+    older = export(tiny.model(), tiny.inputs("trace"), opset_version=supported_opsets()[0])
+    assert older.model.opset_imports[""] == supported_opsets()[0]
+
+
+@pytest.mark.parametrize("opset", [7, 10_000])
+def test_unsupported_opset_is_a_config_error(opset):
+    tiny = TINY_MODELS["vit"]
+    with pytest.raises(ConfigError, match=rf"opset_version={opset}.*supported opsets: \d+ to \d+"):
+        OnnxExporter().export(tiny.model(), tiny.inputs("trace"), config=OnnxConfig(opset_version=opset))
+
+
+def test_output_folder_must_exist(tmp_path):
+    tiny = TINY_MODELS["vit"]
+    with pytest.raises(ConfigError, match="does not exist"):
+        OnnxExporter().export(tiny.model(), tiny.inputs("trace"), config=OnnxConfig(output_path=tmp_path / "nope" / "m.onnx"))
+    with pytest.raises(ConfigError, match=r"\.onnx"):
+        OnnxExporter().export(tiny.model(), tiny.inputs("trace"), config=OnnxConfig(output_path=tmp_path / "m.bin"))
+
+
+@pytest.mark.parametrize("module", ["onnxscript", "onnx"])
+def test_missing_exporter_dependency_names_the_extra(module, monkeypatch):
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
+    tiny = TINY_MODELS["vit"]
+    with pytest.raises(MissingDependencyError, match=rf"'{module}' is not installed.*export-sweep\[onnx\]"):
+        OnnxExporter().export(tiny.model(), tiny.inputs("trace"))
+
+
+def test_missing_onnxruntime_names_the_extra(monkeypatch, tmp_path):
+    tiny = TINY_MODELS["vit"]
+    program = export(tiny.model(), tiny.inputs("trace"))
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(MissingDependencyError, match=r"'onnxruntime' is not installed.*export-sweep\[onnx\]"):
+        run_exported(program, tiny.inputs("trace"))
+
+
+def test_runner_names_a_missing_input():
+    tiny = TINY_MODELS["bert"]
+    inputs = tiny.inputs("trace")
+    program = export(tiny.model(), inputs)
+    with pytest.raises(Exception, match="token_type_ids"):
+        run_exported(program, {k: v for k, v in inputs.items() if k != "token_type_ids"})
+
+
+def test_timings_split_export_and_optimizer():
+    tiny = TINY_MODELS["vit"]
+    exporter = OnnxExporter()
+    exporter.export(tiny.model(), tiny.inputs("trace"))
+    assert set(exporter.timings) == {"trace", "onnx-export", "optimize", "save"}
+    assert all(t >= 0 for t in exporter.timings.values())
