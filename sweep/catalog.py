@@ -154,3 +154,26 @@ def unlisted_classes() -> dict[str, list[str]]:
         else:
             concrete.append(name)
     return {"concrete": concrete, "abstract": abstract}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m sweep.catalog [--unlisted]``: counts by mapping, or the unlisted top-level classes."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--unlisted", action="store_true", help="list PreTrainedModel classes in no mapping")
+    args = parser.parse_args(argv)
+    if args.unlisted:
+        unlisted = unlisted_classes()
+        print(f"{len(unlisted['concrete'])} concrete and {len(unlisted['abstract'])} abstract top-level "
+              "PreTrainedModel classes are in no auto mapping; concrete ones can be named explicitly:")
+        for name in unlisted["concrete"]:
+            print(f"  {name}")
+        return
+    print(f"{len(catalog())} classes in {len(mapping_labels())} mappings")
+    for label, names in classes_by_mapping().items():
+        print(f"  {label:40s} {len(names)}")
+
+
+if __name__ == "__main__":
+    main()

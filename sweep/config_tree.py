@@ -29,6 +29,7 @@ class Node:
     children: dict[str, "Node"]
     fields: frozenset[str]
     derived_patterns: dict[str, list]  # per-layer lists __post_init__ derived (raw value None)
+    channel_map: dict[int, int] = dataclasses.field(default_factory=dict)  # set by the shrinker
 
     def walk(self):
         yield self
@@ -97,8 +98,8 @@ def raw_tree(config: PreTrainedConfig, is_root: bool = True, from_defaults: bool
             raw = value if _differs(value, _read(fresh, field.name)) else default
         if raw is dataclasses.MISSING:
             raw = value
-        if isinstance(raw, tuple) and isinstance(value, list):
-            raw = list(raw)  # tuple defaults that __post_init__ turns into lists (hidden_sizes)
+        if isinstance(raw, tuple) and (isinstance(value, list) or "list[" in str(field.type)):
+            raw = list(raw)  # tuple defaults of list-typed fields: modeling code concatenates them with lists
         if raw is None and isinstance(value, (list, tuple)) and value:
             derived[field.name] = list(value)
         if raw is None and isinstance(value, dict) and any(isinstance(v, (list, dict)) for v in value.values()):
@@ -122,8 +123,17 @@ def raw_tree(config: PreTrainedConfig, is_root: bool = True, from_defaults: bool
             children[key] = raw_tree(value, is_root=False)
     for key in children:
         args.pop(key, None)
+    _publish_private_fields(cls, args)
     return Node(cls=cls, args=args, children=children, fields=frozenset(f.name for f in fields),
                 derived_patterns=derived)
+
+
+def _publish_private_fields(cls: type, args: dict[str, Any]) -> None:
+    """``_out_indices`` stored behind an ``out_indices`` property is passed by its public name."""
+    for key in [k for k in args if k.startswith("_")]:
+        public = key.lstrip("_")
+        if isinstance(getattr(cls, public, None), property):
+            args[public] = args.pop(key)
 
 
 def _instance_tree(config: PreTrainedConfig) -> Node:

@@ -39,6 +39,7 @@ class Hints:
     image_tokens: int | None = None
     audio_tokens: int | None = None
     feature_dim: int | None = None  # last dimension input_features must have
+    frames: int | None = None  # audio frames the model asked for (a multiple of its window)
     tiles: int | None = None  # image tiles per sample (any-resolution layouts: (B, tiles, C, H, W))
     text_len: int = SEQ
 
@@ -82,7 +83,7 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
 
 
 # Inputs whose shapes others depend on come first (the image grid decides how many placeholder ids the text has).
-FIRST = ("pixel_values", "hidden_states", "input_features", "input_values", "past_values", "input_ids", "decoder_input_ids")
+FIRST = ("pixel_values", "hidden_states", "inputs", "input_features", "input_values", "past_values", "input_ids", "decoder_input_ids")
 
 
 def _priority(name: str) -> int:
@@ -125,6 +126,7 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
 # The models' own consistency checks, and what each one teaches.
 _PLACEHOLDERS = re.compile(r"(image|audio|video)?\s*(?:features|embeddings)? and (?:\w+ )?tokens do not match\W*"
                            r"tokens:?\s*(\d+)\D{1,40}?features:?\s*(\d+)", re.IGNORECASE | re.DOTALL)
+_MULTIPLE = re.compile(r"feature_length` to be a multiple of .{0,40}?\((\d+)\), but got (\d+)")
 _TILES = re.compile(r"split_with_sizes expects split_sizes to sum exactly to \d+ \(input tensor's size at dimension "
                     r"0\), but got split_sizes=\[(\d+)")
 _NORMALIZED = re.compile(r"normalized_shape=\[(\d+)\], expected input with shape \[\*, \1\], but got input of "
@@ -143,6 +145,13 @@ def refine_hints(hints: Hints, exc: BaseException) -> bool:
             setattr(hints, field, per_row)
             return True
         return False
+    found = _MULTIPLE.search(message)
+    if found:
+        multiple, got = int(found.group(1)), int(found.group(2))
+        frames = max(multiple, (got + multiple - 1) // multiple * multiple)
+        if hints.frames != frames:
+            hints.frames = frames
+            return True
     found = _TILES.search(message)
     if found and hints.tiles != int(found.group(1)):
         hints.tiles = int(found.group(1))

@@ -290,6 +290,8 @@ def _mel_bins(ctx: Context) -> int:
 
 
 def _audio_frames(ctx: Context) -> int:
+    if ctx.hints.frames:
+        return ctx.hints.frames
     positions = ctx.find("max_source_positions")
     if isinstance(positions, int) and positions > 0:
         return 2 * positions
@@ -312,6 +314,16 @@ def input_features(ctx: Context) -> torch.Tensor:
 def features_mask(ctx: Context) -> torch.Tensor | None:
     x = ctx.made.get("input_features")
     return None if x is None else torch.ones(x.shape[0], x.shape[-1], dtype=torch.long)
+
+
+def generic_inputs(ctx: Context) -> torch.Tensor:
+    """Models whose main input is just ``inputs`` (Perceiver): by the modality the class declares."""
+    modalities = tuple(getattr(ctx.model, "input_modalities", ()) or ())
+    if "image" in modalities:
+        return pixel_values(ctx)
+    if "audio" in modalities:
+        return input_values(ctx)
+    return input_ids(ctx)
 
 
 def _mel_sequence(ctx: Context) -> torch.Tensor:
@@ -457,6 +469,7 @@ RECIPES: dict[str, Callable[[Context], Any]] = {
     "pixel_attention_mask": pixel_attention_mask,
     "pixel_values_videos": pixel_values_videos,
     "mm_token_type_ids": mm_token_type_ids,
+    "inputs": lambda ctx: generic_inputs(ctx),
     "audio_mel": lambda ctx: _mel_sequence(ctx),
     "audio_mel_mask": lambda ctx: torch.zeros(ctx.batch, _audio_frames(ctx), dtype=torch.bool),
     "hidden_states": lambda ctx: pixel_values(ctx) if "grid_thw" in ctx.params else None,

@@ -208,6 +208,7 @@ def _scale_channel_list(values: list[int], divisor: float, minimum: int) -> list
 
 def _resample_pattern(pattern: list, layers: int) -> list:
     """A per-layer list shrunk to ``layers`` entries, keeping one of each distinct value in first-seen order."""
+    pattern = [list(v) if isinstance(v, tuple) else v for v in pattern]
     distinct = list(dict.fromkeys(_hashable(v) for v in pattern))
     order = [pattern[[_hashable(v) for v in pattern].index(d)] for d in distinct]
     out = list(order)
@@ -241,6 +242,11 @@ def min_layers(node: Node, profile: Profile, old_layers: int) -> int:
                 need = max(need, len(set(positives)))
             if negatives:
                 need = max(need, max(negatives))
+        if (isinstance(value, (list, tuple)) and 1 < len(value) < old_layers and not _int_list(value)
+                and all(isinstance(v, str) for v in value)):
+            # a cycle of block types repeated over the layers: keep every type's first position
+            firsts = {v: value.index(v) for v in value}
+            need = max(need, max(firsts.values()) + 1)
     for key in node.derived_patterns:
         pattern = node.derived_patterns[key]
         need = max(need, len({_hashable(v) for v in pattern}))
@@ -292,7 +298,9 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
     heads = min(old_heads, profile.heads) if old_heads else profile.heads
     for key in KV_HEAD_COUNTS:
         value = args.get(key)
-        if _is_int(value) and value > 0 and old_heads:
+        if value is None and key in node.fields and old_heads and key == "num_key_value_heads":
+            args[key] = heads  # None means one kv head per head; some models do not fill it in
+        elif _is_int(value) and value > 0 and old_heads:
             args[key] = heads if value >= old_heads else (1 if value == 1 else max(1, heads // 2))
 
     old_head_dim = None
@@ -323,12 +331,13 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
     old_layers = next((args[k] for k in LAYER_COUNTS if _is_int(args.get(k)) and args[k] > 0), None)
     if old_layers:
         target = min(old_layers, min_layers(node, profile, old_layers))
-        for key in LAYER_COUNTS:
-            if _is_int(args.get(key)) and args[key] > target:
-                args[key] = max(target, 1) if args[key] >= old_layers or key != "depth" else target
+        need = max(target, min_layers(node, profile, old_layers))
+        for key in LAYER_COUNTS:  # each stack (encoder, decoder, ...) shrinks on its own
+            if _is_int(args.get(key)) and args[key] > need:
+                args[key] = need
         for key, value in list(args.items()):
             if isinstance(value, (list, tuple)) and len(value) == old_layers and old_layers > target and key not in CHANNEL_LISTS:
-                args[key] = _resample_pattern(list(value), target)
+                args[key] = type(value)(_resample_pattern(list(value), target))
         for key, pattern in node.derived_patterns.items():
             if args.get(key) is None and len(pattern) == old_layers:
                 args[key] = _resample_pattern(list(pattern), target)
@@ -384,7 +393,7 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
 
     if not profile.keep_geometry:
         _shrink_vision(node, profile)
-        _shrink_channel_lists(node, profile, old_width)
+        node.channel_map = _shrink_channel_lists(node, profile, old_width)
 
     _rescale_sections(node, heads)
     _keep_state_space_product(node, heads)
@@ -518,22 +527,45 @@ def _shrink_vision(node: Node, profile: Profile) -> None:
             args[key] = type(value)(max(1, v // value[0]) for v in value)
 
 
-def _shrink_channel_lists(node: Node, profile: Profile, old_width: int | None) -> None:
-    """One value map per config for chained channel lists (conv nets), keeping the ratios between stages."""
+def _shrink_channel_lists(node: Node, profile: Profile, old_width: int | None) -> dict[int, int]:
+    """One value map per config for chained channel lists (conv nets), keeping the ratios between stages.
+
+    Returns the map (old channels -> new) so that lists elsewhere in the tree that name the same channels (a
+    detector's ``encoder_in_channels`` = its backbone's stage channels) follow it.
+    """
     args = node.args
     lists = {k: args[k] for k in CHANNEL_LISTS if _int_list(args.get(k))}
     if not lists:
-        return
+        return {}
     smallest = min((v for values in lists.values() for v in values if v >= profile.min_channel), default=0)
     if not smallest:
-        return
+        return {}
     divisor = max(1.0, smallest / profile.min_channel)
+    mapping: dict[int, int] = {}
     for key, values in lists.items():
-        args[key] = type(values)(_scale_channel_list(list(values), divisor, profile.min_channel))
+        new = _scale_channel_list(list(values), divisor, profile.min_channel)
+        mapping.update(zip(values, new))
+        args[key] = type(values)(new)
     for key in ("embedding_size", "stem_channels", "num_filters", "hidden_size", "embed_dim", "out_features_dim"):
         value = args.get(key)
         if _is_int(value) and value > 0 and key not in lists:
             args[key] = _scale_channel_list([value], divisor, profile.min_channel)[0]
+            mapping[value] = args[key]
+    return mapping
+
+
+def _follow_channel_maps(root: Node) -> None:
+    """Channel lists naming a sub-config's channels (all values known to its map) take the mapped values."""
+    for node in root.walk():
+        for child in node.children.values():
+            mapping = getattr(child, "channel_map", None) or {}
+            if not mapping:
+                continue
+            for key, value in list(node.args.items()):
+                if key in CHANNEL_LISTS or not _int_list(value) or not all(v in mapping for v in value):
+                    continue
+                if any(w in key.lower() for w in ("channel", "hidden", "dim", "size")):
+                    node.args[key] = type(value)(mapping[v] for v in value)
 
 
 def _rescale_sections(node: Node, heads: int) -> None:
@@ -576,6 +608,7 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
     for node in root.walk():
         shrink_node(node, profile, widths, token_map)
     _scale_image_token_counts(root, old_patches, image_patches(root))
+    _follow_channel_maps(root)
     _scale_pinpoints(root, old_side, image_side(root))
     _fill_unset_placeholder_ids(root, profile, token_map)
     for node in root.walk():  # exact values the modeling code asked for, after the generic rescaling

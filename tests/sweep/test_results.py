@@ -1,0 +1,148 @@
+"""Row files: concurrent appends, in-place removal under the lock, corrupt lines, one row per case; --resume."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sweep.results import (CorruptRow, RowFileError, append_row, case_id, drop_rows, latest_rows, read_rows,
+                           rows_path)
+from tests.sweep.test_plugin import LOCAL_MODELS, rows, sweep  # noqa: F401  (the pytester sweep fixture)
+
+pytest_plugins = ["pytester"]
+
+
+def _writer(path, writer, count, size):
+    for i in range(count):
+        # rows far larger than PIPE_BUF and a page, so that an unlocked or split write would interleave
+        append_row(path, {"model": f"W{writer}", "backend": "dynamo", "status": "pass", "i": i,
+                          "pad": chr(ord("a") + writer) * (size + 997 * i)})
+
+
+def _spawn(target, *args):
+    return multiprocessing.get_context("spawn").Process(target=target, args=args)
+
+
+def test_concurrent_writers_never_interleave_or_lose_rows(tmp_path):
+    path = tmp_path / "results.jsonl"
+    writers, count = 6, 25
+    procs = [_spawn(_writer, path, w, count, 70_000) for w in range(writers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    lines = path.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) == writers * count + 1
+    got = [json.loads(line) for line in lines[:-1]]  # every line is one whole row
+    for w in range(writers):
+        mine = [r for r in got if r["model"] == f"W{w}"]
+        assert [r["i"] for r in mine] == list(range(count))  # each writer's rows, all, in its order
+        assert all(set(r["pad"]) == {chr(ord("a") + w)} for r in mine)
+
+
+def _dropper(path, rounds):
+    for _ in range(rounds):
+        drop_rows(path, lambda row: row["model"] == "W0")
+
+
+def test_dropping_rows_while_others_append_loses_none_of_theirs(tmp_path):
+    path = tmp_path / "results.jsonl"
+    procs = [_spawn(_writer, path, w, 30, 5_000) for w in range(3)] + [_spawn(_dropper, path, 40)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    drop_rows(path, lambda row: row["model"] == "W0")
+    got = list(read_rows(path))
+    assert {r["model"] for r in got} == {"W1", "W2"}
+    for w in (1, 2):
+        assert [r["i"] for r in got if r["model"] == f"W{w}"] == list(range(30))
+
+
+def test_drop_rows_keeps_corrupt_lines_and_reports_the_count(tmp_path):
+    path = tmp_path / "results.jsonl"
+    append_row(path, {"model": "A", "backend": "onnx", "status": "pass"})
+    with open(path, "a") as f:
+        f.write("{not json\n")
+    append_row(path, {"model": "B", "backend": "onnx", "status": "fail"})
+    assert drop_rows(path, lambda r: r["model"] == "A") == 1
+    assert path.read_text().splitlines()[0] == "{not json"
+    assert drop_rows(tmp_path / "absent.jsonl", lambda r: True) == 0
+
+
+def test_a_row_is_on_disk_when_append_returns(tmp_path):
+    path = tmp_path / "deep" / "results.jsonl"
+    append_row(path, {"model": "A", "backend": "eager", "status": "pass"})
+    assert json.loads(path.read_text()) == {"model": "A", "backend": "eager", "status": "pass"}
+
+
+def test_corrupt_lines_are_named_by_line_number(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"model": "A", "backend": "onnx", "status": "pass"}\n'
+                    '{"model": "B", "backe\n'
+                    '\n'
+                    '[1, 2]\n'
+                    '{"model": "C", "backend": "onnx"}\n'
+                    '{"model": "D", "backend": "onnx", "status": "fail"}\n')
+    seen: list[CorruptRow] = []
+    good = list(read_rows(path, on_corrupt=seen.append))
+    assert [r["model"] for r in good] == ["A", "D"]
+    assert [c.line for c in seen] == [2, 4, 5]
+    assert "lacks status" in str(seen[2]) and str(seen[0]).startswith(f"{path}:2: corrupt row skipped")
+    with pytest.raises(CorruptRow, match=r":2: corrupt row skipped"):
+        list(read_rows(path))
+
+
+def test_rows_path_accepts_a_file_or_a_report_folder(tmp_path):
+    with pytest.raises(RowFileError, match="no row file: .* does not exist"):
+        rows_path(tmp_path / "nope.jsonl")
+    with pytest.raises(RowFileError, match="folder without results.jsonl"):
+        rows_path(tmp_path)
+    append_row(tmp_path / "results.jsonl", {"model": "A", "backend": "onnx", "status": "pass"})
+    assert rows_path(tmp_path) == rows_path(tmp_path / "results.jsonl") == tmp_path / "results.jsonl"
+
+
+_ROW = st.fixed_dictionaries({
+    "model": st.sampled_from(["A", "B", "C"]), "backend": st.sampled_from(["eager", "onnx"]),
+    "shapes": st.just("static"), "status": st.sampled_from(["pass", "fail"]), "started": st.integers(0, 5),
+})
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(_ROW, max_size=25))
+def test_latest_rows_keeps_one_row_per_case_the_last_started(rows_in):
+    out = latest_rows(rows_in)
+    ids = [case_id(r) for r in out]
+    assert ids == sorted(set(case_id(r) for r in rows_in))
+    for row in out:
+        same = [(r["started"], i) for i, r in enumerate(rows_in) if case_id(r) == case_id(row)]
+        assert rows_in[max(same)[1]] is row
+
+
+def test_resume_runs_only_the_missing_cases(sweep, pytester):  # noqa: F811
+    models = "--models=GoodModel,OtherGoodModel,DriftModel"
+    sweep(models, "--backend=dynamo")
+    path = pytester.path / "reports" / "results.jsonl"
+    first = rows(pytester)
+    assert len(first) == 3
+    kept = [r for r in first if r["model"] != "OtherGoodModel"]  # "interrupted" before OtherGoodModel finished
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    result = sweep(models + ",AbortModel", "--backend=dynamo", "--resume", "-n", "2")
+    result.assert_outcomes(passed=1, failed=1, deselected=2)
+    result.stdout.fnmatch_lines(["*resumed: 2 cases already had a row*"])
+    after = rows(pytester)
+    assert sorted(r["case_id"] for r in after) == sorted(
+        f"{m}-dynamo-dynamic" for m in ("GoodModel", "OtherGoodModel", "DriftModel", "AbortModel"))
+    assert after[:2] == kept  # the earlier rows are untouched
+    matrix = json.loads((pytester.path / "reports" / "matrix.json").read_text())
+    assert matrix["cases"] == 4 and matrix["counts"]["dynamo-dynamic"]["crash"] == 1
+    new = {r["model"]: r for r in after[2:]}
+    assert new["AbortModel"]["category"] == "crash (SIGABRT) in eager"
+    assert new["OtherGoodModel"]["peak_rss_mb"] > 10 and new["OtherGoodModel"]["category"] is None
+    assert new["OtherGoodModel"]["pinned"]["torch"] == "2.13.0"
