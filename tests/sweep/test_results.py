@@ -126,23 +126,24 @@ def test_latest_rows_keeps_one_row_per_case_the_last_started(rows_in):
 
 
 def test_resume_runs_only_the_missing_cases(sweep, pytester):  # noqa: F811
-    models = "--models=GoodModel,OtherGoodModel,DriftModel"
-    sweep(models, "--backend=dynamo")
+    # an "interrupted" sweep: two of the four cases have rows (crafted: the resumed run must not touch them)
     path = pytester.path / "reports" / "results.jsonl"
-    first = rows(pytester)
-    assert len(first) == 3
-    kept = [r for r in first if r["model"] != "OtherGoodModel"]  # "interrupted" before OtherGoodModel finished
-    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    result = sweep(models + ",AbortModel", "--backend=dynamo", "--resume", "-n", "2")
-    result.assert_outcomes(passed=1, failed=1, deselected=2)
+    kept = [{"model": m, "backend": "dynamo", "shapes": "dynamic", "case_id": f"{m}-dynamo-dynamic", "status": s,
+             "started": 1.0} for m, s in (("GoodModel", "pass"), ("DriftModel", "discrepancy"))]
+    for row in kept:
+        append_row(path, row)
+    result = sweep("--models=GoodModel,OtherGoodModel,DriftModel,AbortModel", "--backend=dynamo", "--resume", "-n", "2")
+    result.assert_outcomes(passed=1, failed=1)  # (xdist does not report the deselected count)
     result.stdout.fnmatch_lines(["*resumed: 2 cases already had a row*"])
     after = rows(pytester)
     assert sorted(r["case_id"] for r in after) == sorted(
         f"{m}-dynamo-dynamic" for m in ("GoodModel", "OtherGoodModel", "DriftModel", "AbortModel"))
     assert after[:2] == kept  # the earlier rows are untouched
     matrix = json.loads((pytester.path / "reports" / "matrix.json").read_text())
-    assert matrix["cases"] == 4 and matrix["counts"]["dynamo-dynamic"]["crash"] == 1
+    assert matrix["cases"] == 4 and matrix["counts"]["dynamo-dynamic"] == {
+        "pass": 2, "discrepancy": 1, "fail": 0, "skip": 0, "timeout": 0, "crash": 1}
     new = {r["model"]: r for r in after[2:]}
     assert new["AbortModel"]["category"] == "crash (SIGABRT) in eager"
+    assert new["AbortModel"]["error_line"] == "the case process died (SIGABRT) in stage 'eager'"
     assert new["OtherGoodModel"]["peak_rss_mb"] > 10 and new["OtherGoodModel"]["category"] is None
     assert new["OtherGoodModel"]["pinned"]["torch"] == "2.13.0"
