@@ -102,7 +102,8 @@ def raw_tree(config: PreTrainedConfig, is_root: bool = True, from_defaults: bool
             raw = list(raw)  # tuple defaults of list-typed fields: modeling code concatenates them with lists
         if raw is None and isinstance(value, (list, tuple)) and value:
             derived[field.name] = list(value)
-        if raw is None and isinstance(value, dict) and any(isinstance(v, (list, dict)) for v in value.values()):
+        if raw is None and isinstance(value, dict) and value and (
+                any(isinstance(v, (list, dict)) for v in value.values()) or all(str(k).isdigit() for k in value)):
             raw = value  # a derived structured default (multimodal rope sections) is kept so it can be rescaled
         args[field.name] = raw
     if not is_root and fresh is not None:

@@ -96,8 +96,12 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
     names = [model.main_input_name] if model.main_input_name in params else []
     names += [n for n in params if n in _required(params)]
     modalities = set(getattr(model, "input_modalities", ()) or ())
+    for modality in ("vision", "audio"):  # a tower the config leaves out takes no inputs (text-only defaults)
+        if f"{modality}_config" in getattr(type(config), "sub_configs", {}) and getattr(
+                config, f"{modality}_config", None) is None:
+            modalities.discard("image" if modality == "vision" else "audio")
     for name in params:
-        if name in ("mm_token_type_ids", "pixel_attention_mask", "image_sizes") and "pixel_values" in names:
+        if name in ("mm_token_type_ids", "pixel_attention_mask") and "pixel_values" in names:
             names.append(name)
         if name in m.WITH_FEATURES and "input_features" in names:
             names.append(name)

@@ -133,11 +133,11 @@ def input_ids(ctx: Context) -> torch.Tensor:
     if isinstance(eos, int) and 0 <= eos < vocab:  # classification heads of encoder-decoders pool on <eos>
         ids[:, -1] = eos
     image_id = _image_token_id(ctx)
-    if image_id is not None and "pixel_values" in ctx.params:
+    if image_id is not None and "pixel_values" in ctx.made:
         n = ctx.hints.image_tokens or _guess_image_tokens(ctx)
         ids = _insert(ids, image_id, n)
     audio_id = ctx.find("audio_token_id", "audio_token_index")
-    audio_input = next((k for k in ("input_features", "input_values") if k in ctx.params), None)
+    audio_input = next((k for k in ("input_features", "input_values") if k in ctx.made), None)
     if audio_id is not None and audio_input is not None:
         ids = _insert(ids, audio_id, ctx.hints.audio_tokens or 1)
     ctx.made["input_ids"] = ids
@@ -216,15 +216,25 @@ def pixel_values(ctx: Context) -> torch.Tensor:
         made = patch_sequence(ctx)
         ctx.made.update(made)
         return made["pixel_values"]
-    frames = ctx.find("num_frames", where=lambda cfg: cfg is ctx.vision_config())
-    if isinstance(frames, int) and frames > 0 and "video" in (getattr(ctx.model, "input_modalities", ()) or ()):
-        return ctx.floats(ctx.batch, frames, c, h, w)
+    if frames_video := _video_frames(ctx):
+        values = ctx.floats(ctx.batch, frames_video, c, h, w)
+        ctx.made["pixel_values"] = values
+        return values
     if ctx.hints.tiles:
         values = ctx.floats(ctx.batch, ctx.hints.tiles, c, h, w)
     else:
         values = ctx.floats(ctx.batch, c, h, w)
     ctx.made["pixel_values"] = values
     return values
+
+
+def _video_frames(ctx: Context) -> int | None:
+    frames = ctx.find("num_frames", where=lambda cfg: cfg is ctx.vision_config()) or ctx.find("num_frames")
+    modalities = getattr(ctx.model, "input_modalities", ()) or ()
+    # pixel_values hold a clip when the model reads video and has no separate video input
+    if isinstance(frames, int) and frames > 0 and "video" in modalities and "pixel_values_videos" not in ctx.params:
+        return frames
+    return None
 
 
 def _patchified_pixels(ctx: Context, c: int, h: int, w: int) -> torch.Tensor:
@@ -236,7 +246,9 @@ def _patchified_pixels(ctx: Context, c: int, h: int, w: int) -> torch.Tensor:
     ctx.made["image_grid_thw"] = ctx.made["grid_thw"] = grid
     merge = ctx.find("spatial_merge_size", "merge_size", default=1)
     ctx.hints.image_tokens = ctx.hints.image_tokens or (gh * gw) // (merge * merge)
-    return ctx.floats(ctx.batch * gh * gw, c * temporal * patch * patch)
+    values = ctx.floats(ctx.batch * gh * gw, c * temporal * patch * patch)
+    ctx.made["pixel_values"] = values
+    return values
 
 
 def pixel_values_videos(ctx: Context) -> torch.Tensor:
@@ -332,7 +344,9 @@ def _mel_sequence(ctx: Context) -> torch.Tensor:
 
 
 def input_values(ctx: Context) -> torch.Tensor:
-    return ctx.floats(ctx.batch, WAVEFORM)
+    values = ctx.floats(ctx.batch, WAVEFORM)
+    ctx.made["input_values"] = values
+    return values
 
 
 def alternative_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, Any]]:
@@ -355,6 +369,13 @@ def alternative_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, An
         if "pixel_attention_mask" in base:
             tiled["pixel_attention_mask"] = base["pixel_attention_mask"][:, None]
         out.append(tiled)
+    grid = base.get("image_grid_thw")
+    if isinstance(grid, torch.Tensor) and isinstance(base.get("pixel_values"), torch.Tensor):
+        x = base["pixel_values"]
+        if x.dim() == 2 and x.shape[0] % ctx.batch == 0:  # patches grouped per image: (B, patches, dim)
+            out.append({"pixel_values": x.view(ctx.batch, -1, x.shape[-1])})
+    if "image_sizes" in ctx.params and "pixel_values" in base and "image_sizes" not in base:
+        out.append({"image_sizes": image_sizes(ctx)})  # any-resolution models (LLaVA-NeXT)
     text = {k: v for k, v in base.items() if k in CHOICE_INPUTS and isinstance(v, torch.Tensor) and v.dim() == 2}
     if "input_ids" in text:  # multiple choice: (B, choices, S)
         out.append({k: torch.stack([v, v.flip(1)], dim=1) for k, v in text.items()})
@@ -400,14 +421,13 @@ def _time_features(ctx: Context) -> int:
 
 
 def past_time_features(ctx: Context) -> torch.Tensor | None:
-    n = _time_features(ctx)
-    return ctx.floats(ctx.batch, _history_length(ctx), n) if n else None
+    """(B, history, time features); zero features is a valid (empty) last dimension."""
+    return ctx.floats(ctx.batch, _history_length(ctx), _time_features(ctx))
 
 
 def future_time_features(ctx: Context) -> torch.Tensor | None:
-    n = _time_features(ctx)
     length = ctx.find("prediction_length", default=None)
-    return ctx.floats(ctx.batch, length, n) if n and length else None
+    return ctx.floats(ctx.batch, length, _time_features(ctx)) if length else None
 
 
 def static_categorical_features(ctx: Context) -> torch.Tensor | None:

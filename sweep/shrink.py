@@ -278,6 +278,8 @@ def _remap_layer_indices(node: Node, old_layers: int, layers: int) -> None:
         mapping = {old: top - len(positives) + i for i, old in enumerate(positives)}
         new = [mapping.get(v, v) if _is_int(v) else v for v in values]
         node.args[key] = type(value)(new) if isinstance(value, (list, tuple)) else new[0]
+        if key == "out_indices" and node.args.get("out_features") is not None:
+            node.args["out_features"] = None  # re-derived from the remapped indices
 
 
 def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[int, int]) -> None:
@@ -435,7 +437,16 @@ def _scale_pinpoints(root: Node, old: int | None, new: int | None) -> None:
 
 
 def _scale_image_token_counts(root: Node, old: int | None, new: int | None) -> None:
-    if not old or not new or old == new:
+    if not old or not new:
+        return
+    for node in root.walk():  # tables keyed by patches per image (Aria's patch_to_query_dict)
+        for key, table in list(node.args.items()):
+            keys = [int(k) for k in table] if isinstance(table, dict) and table and all(
+                str(k).isdigit() for k in table) else []
+            if keys:  # keyed by the default geometry's patch count, else the smallest entry is the default one
+                ref = old if old in keys else min(keys)
+                node.args[key] = {max(1, int(k) * new // ref): v for k, v in table.items()}
+    if old == new:
         return
     for node in root.walk():
         for key in IMAGE_TOKEN_COUNTS:

@@ -1,0 +1,85 @@
+"""Comparing two runs on crafted row files: regressions, fixes, new/gone classes, time changes, exit code."""
+
+from __future__ import annotations
+
+import json
+
+from sweep.cli import main
+from sweep.compare import compare_runs, to_html, to_markdown
+from sweep.results import append_row
+
+
+def row(model, status="pass", backend="dynamo", seconds=10.0, versions=None, **extra):
+    return {"model": model, "backend": backend, "shapes": "dynamic", "status": status, "wall_seconds": seconds,
+            "versions": versions or {"torch": "2.13.0", "transformers": "5.23.0"}, **extra}
+
+
+OLD = [row("Stable"), row("Breaks"), row("Drifts"), row("Healed", "fail", error="ValueError: x", stage="export"),
+       row("Gone"), row("Slower", seconds=10.0), row("Noisy", seconds=1.0), row("Moves", "fail", error_type="A",
+       error="DispatchError: No ONNX function found for <OpOverload(op='aten.bincount', overload='default')>"),
+       row("Stable", backend="onnx")]
+NEW_VERSIONS = {"torch": "2.13.0", "transformers": "5.24.0"}
+NEW = [row(r["model"], r["status"], r["backend"], r["wall_seconds"], NEW_VERSIONS, **{k: r[k] for k in ("error", "stage", "error_type") if k in r})
+       for r in OLD if r["model"] not in ("Breaks", "Drifts", "Healed", "Gone", "Slower", "Noisy", "Moves")]
+NEW += [row("Breaks", "fail", stage="export", error_type="GuardOnDataDependentSymNode", versions=NEW_VERSIONS,
+            error="GuardOnDataDependentSymNode: Could not guard on data-dependent expression Eq(u0, 1)"),
+        row("Drifts", "discrepancy", stage="compare", error="traced shape: 1 of 1 leaves differ", versions=NEW_VERSIONS),
+        row("Healed", versions=NEW_VERSIONS), row("Fresh", versions=NEW_VERSIONS),
+        row("Slower", seconds=31.0, versions=NEW_VERSIONS), row("Noisy", seconds=2.5, versions=NEW_VERSIONS),
+        row("Moves", "fail", error_type="B", error="RuntimeError: Missing out variants: {'aten::bincount'}", versions=NEW_VERSIONS),
+        row("Stable", backend="executorch", versions=NEW_VERSIONS)]
+
+
+def test_regressions_fixes_changes_classes_and_times():
+    c = compare_runs(OLD, NEW, time_threshold=0.5, min_seconds=5.0)
+    assert [(x.model, x.old, x.new, x.category) for x in c.regressions] == [
+        ("Breaks", "pass", "fail", "torch.export: data-dependent branch or value"),
+        ("Drifts", "pass", "discrepancy", "discrepancy: values differ at the traced shape")]
+    assert [(x.model, x.old, x.new) for x in c.fixes] == [("Healed", "fail", "pass")]
+    assert [(x.model, x.category) for x in c.changed] == [("Moves", "executorch: no out variant for aten.bincount")]
+    assert c.new_classes == ["Fresh"] and c.gone_classes == ["Gone"]
+    assert c.new_cases_list == ["Stable-executorch-dynamic"] and c.gone_cases_list == ["Stable-onnx-dynamic"]
+    assert [(t.case, t.old_seconds, t.new_seconds) for t in c.time_changes] == [("Slower-dynamo-dynamic", 10.0, 31.0)]
+    assert c.versions == [{"package": "transformers", "old": "5.23.0", "new": "5.24.0"}]
+    assert c.exit_code == 1
+
+
+def test_no_regression_means_exit_code_zero_and_thresholds_apply():
+    c = compare_runs(OLD, OLD)
+    assert c.exit_code == 0 and not (c.regressions or c.fixes or c.changed or c.time_changes or c.versions)
+    assert len(compare_runs(OLD, NEW, time_threshold=3.0).time_changes) == 0  # 10 s -> 31 s is x3.1, over 3.0? no: 1+3=4
+    assert {t.case for t in compare_runs(OLD, NEW, min_seconds=1.0).time_changes} == {"Slower-dynamo-dynamic",
+                                                                                    "Noisy-dynamo-dynamic"}
+    # pass -> skip is a change, not a regression
+    assert compare_runs([row("A")], [row("A", "skip")]).exit_code == 0
+
+
+def test_markdown_and_html_show_the_sections():
+    c = compare_runs(OLD, NEW, old_label="baseline", new_label="pr")
+    md = to_markdown(c)
+    assert "❌ **regressions**: 2 regressions, 1 fixes, 1 other changes, 1 new classes, 1 gone classes, 1 time changes." in md
+    for title in ("## Versions that moved (1)", "## Regressions (pass → not passing) (2)", "## Fixes (now passing) (1)",
+                  "## New classes (1)", "## Gone classes (1)", "## Time changes (beyond ±50% and ≥ 5 s) (1)"):
+        assert title in md
+    assert "| Breaks-dynamo-dynamic | pass | fail | export | torch.export: data-dependent branch or value |" in md
+    page = to_html(c)
+    assert '<table class="regressions">' in page and "Breaks-dynamo-dynamic" in page and "&lt;OpOverload" not in page
+
+
+def write(path, rows):
+    for r in rows:
+        append_row(path, r)
+
+
+def test_compare_command_gates_on_regressions(tmp_path, capsys):
+    write(tmp_path / "old" / "results.jsonl", OLD)
+    write(tmp_path / "new.jsonl", NEW)
+    assert main(["compare", str(tmp_path / "old"), str(tmp_path / "new.jsonl"), "--out", str(tmp_path / "cmp")]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("REGRESSIONS: 2 regressions") and "regression: Breaks-dynamo-dynamic: pass -> fail" in out
+    assert (tmp_path / "cmp" / "compare.md").read_text().startswith("# export-sweep compare")
+    assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["exit_code"] == 1
+    assert (tmp_path / "cmp" / "compare.html").is_file()
+    # the other way round: the regressions are fixes; the default output folder is NEW's
+    assert main(["compare", str(tmp_path / "new.jsonl"), str(tmp_path / "old")]) == 0
+    assert "2 fixes" in (tmp_path / "old" / "compare.md").read_text()
