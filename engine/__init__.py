@@ -7,6 +7,7 @@
 
 from engine.auto import AutoExportConfig, AutoExporter
 from engine.configs import DynamoConfig, ExecutorchConfig, OnnxConfig
+from engine.decompose import decompose_for_generation, decompose_multimodal, decompose_prefill_decode, is_multimodal
 from engine.errors import (
     ConfigError,
     ExportStageError,
@@ -16,6 +17,7 @@ from engine.errors import (
     ModelError,
 )
 from engine.exporter_dynamo import DynamoExporter
+from engine.generate import generate
 from engine.patches import (
     apply_fx_node_fixes,
     apply_fx_program_fixes,
@@ -56,6 +58,11 @@ __all__ = [
     "SpecialisationWarning",
     "VersionDriftWarning",
     "apply_fx_node_fixes",
+    "decompose_for_generation",
+    "decompose_multimodal",
+    "decompose_prefill_decode",
+    "generate",
+    "is_multimodal",
     "apply_fx_program_fixes",
     "apply_patches",
     "get_leaf_tensors",

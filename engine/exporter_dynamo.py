@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +26,16 @@ from engine.versions import warn_on_version_drift
 logger = logging.getLogger("engine")
 
 
+def _component_config(config: DynamoConfig, component: str) -> DynamoConfig:
+    path = getattr(config, "output_path", None)
+    if path is None:
+        return config
+    from pathlib import Path
+
+    path = Path(path)
+    return dataclasses.replace(config, output_path=str(path.with_name(f"{path.stem}.{component}{path.suffix}")))
+
+
 class DynamoExporter:
     """Export any ``nn.Module`` (a transformers ``PreTrainedModel`` included) with ``torch.export``.
 
@@ -39,6 +50,26 @@ class DynamoExporter:
     def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: DynamoConfig | Mapping | None = None):
         config = self.config_class.coerce(config)
         return self.trace(model, inputs, config)
+
+    def export_for_generation(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: DynamoConfig | Mapping | None = None):
+        """Export every component of :func:`engine.decompose.decompose_for_generation`.
+
+        Returns ``{component: artifact}`` with the generation plan attached, ready for :func:`engine.generate`.
+        With an ``output_path`` in the config, each component is written beside it as ``<stem>.<component><suffix>``.
+        """
+        from engine.decompose import GenerationPlan, decompose_for_generation
+        from engine.generate import GenerationComponents
+
+        import engine.generation_patches  # noqa: F401  (registers the "generation" patches)
+
+        config = self.config_class.coerce(config)
+        plan = GenerationPlan()
+        components = GenerationComponents(plan=plan)
+        with apply_patches("generation"):  # the capture too: templates must match what the steps compute
+            parts = decompose_for_generation(model, inputs, plan)
+            for name, (module, kwargs) in parts.items():
+                components[name] = self.export(module, kwargs, config=_component_config(config, name))
+        return components
 
     def trace(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: DynamoConfig) -> torch.export.ExportedProgram:
         """Stages 1-5 around ``torch.export.export``; returns the ``ExportedProgram``."""

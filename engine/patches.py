@@ -28,7 +28,7 @@ from packaging.version import Version
 
 logger = logging.getLogger("engine")
 
-BACKENDS = ("dynamo", "onnx", "executorch")
+BACKENDS = ("dynamo", "onnx", "executorch", "generation")  # "generation": active in export_for_generation
 
 
 @dataclass(frozen=True)

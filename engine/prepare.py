@@ -4,7 +4,8 @@
 - strip label inputs (loss computation is not exported);
 - take output flags (``use_cache``, ``return_dict``, ...) out of the traced inputs: they become constants
   bound into the traced forward (see :mod:`engine.signature`), not graph inputs;
-- materialise view inputs (torch.export guards on a view's ``_base``, which a fresh tensor lacks at run time);
+- materialise view and strided inputs (torch.export guards on a view's ``_base`` and on odd strides, which
+  the fresh contiguous tensors of a later run lack);
 - cast floating inputs to the model's dtype and every tensor to its device;
 - switch flash/flex attention, which no backend can export, to ``sdpa``.
 """
@@ -71,6 +72,8 @@ def accepted_input_names(model: torch.nn.Module) -> tuple[set[str], bool]:
             typed = _unpacked_typeddict(model.forward, param.name)
             if typed is None and isinstance(model, PreTrainedModel):
                 typed = set(TransformersKwargs.__required_keys__) | set(TransformersKwargs.__optional_keys__)
+            if typed is not None and isinstance(model, PreTrainedModel):
+                typed |= set(OUTPUT_FLAGS)  # consumed by transformers' output decorators, not the signature
             if typed is None:
                 open_ended = True
             else:
@@ -139,14 +142,17 @@ def model_dtype_and_device(model: torch.nn.Module) -> tuple[torch.dtype | None, 
 
 
 def cast_inputs(inputs: dict[str, Any], dtype: torch.dtype | None, device: torch.device | None) -> dict[str, Any]:
-    """Floating tensors to ``dtype``, every tensor to ``device``; views become fresh tensors."""
+    """Floating tensors to ``dtype``, every tensor to ``device``; views and strided tensors become fresh
+    contiguous ones."""
 
     def cast(t: torch.Tensor) -> torch.Tensor:
         if t.is_floating_point() and dtype is not None and t.dtype != dtype:
             t = t.to(dtype)
         if device is not None and t.device != device:
             t = t.to(device)
-        if t._base is not None:
+        if not t.is_contiguous():  # export would guard on the odd strides, runtimes feed contiguous tensors
+            t = t.contiguous()
+        elif t._base is not None:
             t = t.clone()
         return t
 

@@ -80,7 +80,8 @@ def _split(obj: Any) -> tuple[list[tuple[str, Any]], tuple[str, int, tuple[str, 
             # symbolic while tracing; a frozen spec cannot hold it, so the rebuilt object gets None.
             static[name] = None
         else:
-            static[name] = value
+            # a snapshot: the forward may mutate it later (a {0: None} state dict gets its tensors)
+            static[name] = copy.deepcopy(value)
     n_layers = -1 if layers is None else len(layers)
     cls = type(obj)
     return named, (f"{cls.__module__}.{cls.__qualname__}", n_layers, tuple(attr_children), static)
@@ -272,6 +273,17 @@ def get_leaf_tensors(obj: Any) -> dict[str, torch.Tensor]:
     A bare tensor is named ``""``.
     """
     return dict(iter_leaf_tensors(obj))
+
+
+def fill_leaves(template: Any, leaves: Mapping[str, torch.Tensor], prefix: str = "") -> Any:
+    """Copy of ``template`` whose tensor leaves are taken from ``leaves`` by dotted name (``"0.keys"``...).
+
+    Used to feed a runtime's flat outputs back as the nested inputs of the next step (a cache object)."""
+    names = iter(name for name, _ in iter_leaf_tensors(template, prefix))
+    missing = [n for n, _ in iter_leaf_tensors(template, prefix) if n not in leaves]
+    if missing:
+        raise KeyError(f"no tensor for leaf/leaves {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}")
+    return map_structure(template, lambda _: leaves[next(names)])
 
 
 def map_structure(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch.export import Dim
 
+from transformers.utils import ModelOutput
+
 from engine.pytree import _flatten, is_cache_object, iter_leaf_tensors
 
 logger = logging.getLogger("engine")
@@ -27,6 +29,11 @@ logger = logging.getLogger("engine")
 
 class SpecialisationWarning(UserWarning):
     """An input dim asked to be dynamic was exported as a static size."""
+
+
+def _is_custom_node(obj: Any) -> bool:
+    """Registered pytree classes (caches, ModelOutput): torch.export wants their spec as a list of children."""
+    return is_cache_object(obj) or isinstance(obj, ModelOutput)
 
 
 def _pytree_children(obj: Any) -> list[Any] | None:
@@ -51,7 +58,7 @@ def auto_dynamic_shapes(inputs: Mapping[str, Any]) -> dict[str, Any]:
         kids = _pytree_children(value)
         if kids is None:
             return None
-        if isinstance(value, Mapping) and not is_cache_object(value):
+        if isinstance(value, Mapping) and not _is_custom_node(value):
             return {k: spec(v) for k, v in value.items()}
         if isinstance(value, tuple):
             return tuple(spec(v) for v in kids)
@@ -67,7 +74,7 @@ def _leaf_specs(value: Any, spec: Any) -> list[Any]:
     kids = _pytree_children(value)
     if kids is None:
         return []
-    if isinstance(value, Mapping) and not is_cache_object(value):
+    if isinstance(value, Mapping) and not _is_custom_node(value):
         specs = [spec.get(k) for k in value] if isinstance(spec, Mapping) else [None] * len(kids)
     else:
         specs = list(spec) if isinstance(spec, (list, tuple)) and len(spec) == len(kids) else [None] * len(kids)

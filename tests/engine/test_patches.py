@@ -92,7 +92,7 @@ def test_inherited_attribute_is_deleted_not_shadowed():
 def test_unknown_backend_is_a_config_error():
     from engine import ConfigError
 
-    with pytest.raises(ConfigError, match="known backends: dynamo, onnx, executorch"):
+    with pytest.raises(ConfigError, match="known backends: dynamo, onnx, executorch, generation"):
         register_patch("tensorrt", "torch.add")
 
 

@@ -160,3 +160,34 @@ TINY_MODELS: dict[str, TinyModel] = {
         ),
     ]
 }
+
+
+# ─── Generative extras (not part of the twelve exporter architectures) ─────────────────────────────
+
+IMAGE_TOKEN = VOCAB - 1
+IMAGE_TOKENS = 16  # (32 px / 8 px patches) ** 2, the CLS token is dropped by the default feature selection
+
+
+def _llava_inputs(batch: int, length: int, seed: int) -> dict:
+    text = _text(batch, length, seed, vocab=VOCAB - 1)
+    ids = torch.cat([text["input_ids"][:, :1], torch.full((batch, IMAGE_TOKENS), IMAGE_TOKEN), text["input_ids"][:, 1:]], dim=1)
+    mask = torch.cat([torch.ones(batch, IMAGE_TOKENS + 1, dtype=torch.long), text["attention_mask"][:, 1:]], dim=1)
+    mask[0, :2] = 0  # keep one padded row (the image tokens stay attended)
+    return {"input_ids": ids, "attention_mask": mask, "pixel_values": _pixels(batch, seed)}
+
+
+GENERATIVE_EXTRAS: dict[str, TinyModel] = {
+    "llava": TinyModel(
+        "llava",
+        lambda: tf.LlavaForConditionalGeneration(
+            tf.LlavaConfig(
+                vision_config=tf.CLIPVisionConfig(image_size=32, patch_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4),
+                text_config=tf.LlamaConfig(**_DECODER, num_attention_heads=4, num_key_value_heads=2, head_dim=8),
+                image_token_index=IMAGE_TOKEN,
+                vision_feature_layer=-1,
+                projector_hidden_act="gelu",
+            )
+        ),
+        _llava_inputs,
+    ),
+}

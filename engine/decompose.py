@@ -1,0 +1,325 @@
+"""Split a generative model into independently exportable ``(module, forward kwargs)`` components.
+
+- :func:`decompose_prefill_decode` runs ``model.generate`` once and records the *real* forward kwargs of the
+  prefill call and of two decode calls (cache objects included). The two decode calls are merged into one
+  two-token step, so the exported decode keeps its query length symbolic: the same program then runs one
+  token at a time or several at once, over caches of any length.
+- :func:`decompose_multimodal` finds the modality encoders (``get_encoder(modality=...)``), the projector
+  (canonical names), the language model (``get_decoder()``) and ``lm_head`` and records each one's kwargs in
+  a single forward.
+- :func:`decompose_for_generation` combines both.
+
+What the merge learned (which kwargs carry the new tokens, which grow by one per token) is kept in a
+:class:`GenerationPlan` so :func:`engine.generate` can drive the exported components without the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from engine.errors import InputError, ModelError
+from engine.prepare import OUTPUT_FLAGS, accepted_input_names, check_model, model_name
+from engine.pytree import is_cache_object
+
+CAPTURE_TOKENS = 3  # prefill + two decode calls
+TOKEN_INPUTS = ("input_ids", "decoder_input_ids")
+PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
+MODALITIES = ("image", "audio", "video")
+
+
+@dataclass
+class GenerationPlan:
+    """How to build each step's kwargs from the previous step's outputs (plain data, no model)."""
+
+    #: kwargs of each component as captured (templates: cache objects give the structure to refill)
+    templates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: kwargs that carry the new tokens (concatenated along ``token_dims[name]`` when merging decode calls)
+    token_dims: dict[str, int] = field(default_factory=dict)
+    #: kwargs that grow by one position per generated token (attention masks)
+    growing: dict[str, int] = field(default_factory=dict)
+    #: the kwarg holding the token ids fed back each step (``input_ids`` or ``decoder_input_ids``)
+    token_input: str = "input_ids"
+    #: the component run once on the prompt, and the one run per new token
+    prefill: str = "prefill"
+    decode: str = "decode"
+    #: components run before the prefill, with the (dotted) kwarg their outputs feed: an encoder-decoder's
+    #: ``encoder`` -> ``encoder_outputs``; ``image_features`` -> ``mm_encoder_outputs.image``
+    encoders: dict[str, str] = field(default_factory=dict)
+    #: how many trailing prompt columns generate() returns before the new tokens
+    prompt_columns_returned: int = -1
+    #: a decoder start token generate() prepends to given decoder ids (1x1), if it does
+    start_tokens: torch.Tensor | None = None
+    #: generate()'s stopping and padding, as the model's generation config says
+    eos_token_ids: list[int] = field(default_factory=list)
+    pad_token_id: int | None = None
+
+
+# ─── Capture ─────────────────────────────────────────────────────────────────────────────────────
+
+def _snapshot(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy call kwargs as they are *at call time* (the forward mutates caches in place)."""
+    return {k: (v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)) for k, v in kwargs.items()}
+
+
+@contextlib.contextmanager
+def _recording(module: torch.nn.Module, calls: list[dict[str, Any]]) -> Iterator[None]:
+    """Record the kwargs of every call of ``module`` (positional arguments are bound to their names)."""
+    import inspect
+
+    signature = inspect.signature(module.forward)
+
+    def hook(mod, args, kwargs):
+        bound = signature.bind_partial(*args, **kwargs).arguments
+        extra = bound.pop("kwargs", {}) if "kwargs" in signature.parameters else {}
+        calls.append(_snapshot({**bound, **extra}))
+
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+class FeatureMethod(torch.nn.Module):
+    """A module whose forward is ``owner.<method>(**kwargs)``: generate() encodes images/videos through the
+    base model's ``get_<modality>_features`` method, so that method is what a generation loop must export."""
+
+    def __init__(self, owner: torch.nn.Module, method: str):
+        super().__init__()
+        self.owner = owner
+        self.method = method
+
+    def forward(self, **kwargs: Any) -> Any:
+        return getattr(self.owner, self.method)(**kwargs)
+
+
+@contextlib.contextmanager
+def _recording_method(owner: Any, method: str, calls: list[dict[str, Any]]) -> Iterator[None]:
+    original = getattr(owner, method)
+
+    @functools.wraps(original)  # generate() picks the method's kwargs from its signature
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        import inspect
+
+        bound = inspect.signature(original).bind_partial(*args, **kwargs).arguments
+        extra = bound.pop("kwargs", {})
+        calls.append(_snapshot({**bound, **extra}))
+        return original(*args, **kwargs)
+
+    from engine.patches import swap_attributes
+
+    with swap_attributes([(owner, method, recorded)]):
+        yield
+
+
+def _feature_methods(model: torch.nn.Module) -> dict[str, str]:
+    """``{modality: method}`` for the ``get_<modality>_features`` methods generate() may call."""
+    base = getattr(model, "base_model", model)
+    return {m: f"get_{m}_features" for m in MODALITIES if callable(getattr(base, f"get_{m}_features", None))}
+
+
+def _fresh_cache(cache: Any, model: torch.nn.Module) -> Any:
+    """A caller's ``StaticCache`` re-created now, so patches active during the capture shape its layers
+    (a cache built earlier keeps the layers it was built with); other caches are copied."""
+    from transformers import StaticCache
+
+    if isinstance(cache, StaticCache) and cache.layers:
+        max_cache_len = max(layer.max_cache_len for layer in cache.layers if hasattr(layer, "max_cache_len"))
+        return StaticCache(config=model.config, max_cache_len=max_cache_len)
+    return copy.deepcopy(cache)
+
+
+def _run_generate(model: torch.nn.Module, inputs: Mapping[str, Any], tokens: int) -> torch.Tensor:
+    kwargs = {k: (_fresh_cache(v, model) if is_cache_object(v) else copy.deepcopy(v)) for k, v in inputs.items()}
+    with torch.no_grad():
+        out = model.generate(**kwargs, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, num_beams=1)
+    return out if isinstance(out, torch.Tensor) else out.sequences
+
+
+# ─── Decode-call merge ───────────────────────────────────────────────────────────────────────────
+
+def _token_dim(a: torch.Tensor, b: torch.Tensor) -> int | None:
+    """The dim that carries the new token: the last dim of size 1 shared by both calls."""
+    if a.shape != b.shape:
+        return None
+    dims = [d for d in range(a.ndim) if a.shape[d] == 1]
+    return dims[-1] if dims else None
+
+
+def _growing_dim(a: torch.Tensor, b: torch.Tensor) -> int | None:
+    if a.ndim != b.ndim:
+        return None
+    grown = [d for d in range(a.ndim) if b.shape[d] == a.shape[d] + 1]
+    same = [d for d in range(a.ndim) if b.shape[d] == a.shape[d]]
+    return grown[0] if len(grown) == 1 and len(same) == a.ndim - 1 else None
+
+
+def merge_decode_calls(first: dict[str, Any], second: dict[str, Any], plan: GenerationPlan) -> dict[str, Any]:
+    """One two-token decode step from two one-token calls: token kwargs concatenated, growing kwargs taken
+    from the second call, everything else (the cache before the first call included) from the first."""
+    merged = {}
+    for name, a in first.items():
+        b = second.get(name)
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            growing, token_dim = _growing_dim(a, b), _token_dim(a, b)
+            carries_tokens = token_dim is not None and (name in TOKEN_INPUTS or not torch.equal(a, b))
+            if growing is not None:  # e.g. an attention mask: one position more per token
+                plan.growing[name] = growing
+                merged[name] = b
+            elif carries_tokens:  # ids, positions: concatenated into a two-token query
+                plan.token_dims[name] = token_dim
+                merged[name] = torch.cat([a, b], dim=token_dim)
+            else:  # the same every step (an encoder's mask, ...)
+                merged[name] = a
+        else:
+            merged[name] = a
+    return merged
+
+
+# ─── Public decompositions ───────────────────────────────────────────────────────────────────────
+
+def _require_generate(model: Any) -> None:
+    check_model(model)
+    if not callable(getattr(model, "generate", None)) or not hasattr(model, "generation_config"):
+        raise ModelError(f"{model_name(model)} has no generate(): only generative models can be decomposed for generation")
+
+
+def _clean(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def decompose_prefill_decode(model: torch.nn.Module, inputs: Mapping[str, Any], plan: GenerationPlan | None = None
+                             ) -> dict[str, tuple[torch.nn.Module, dict[str, Any]]]:
+    """``{"prefill": (model, kwargs), "decode": (model, kwargs)}`` from one real ``model.generate`` run.
+
+    An encoder-decoder also gets ``"encoder": (encoder, kwargs)``; ``plan`` (if given) records how to chain them.
+    """
+    _require_generate(model)
+    if not isinstance(inputs, Mapping):
+        raise InputError(f"inputs must be a mapping of generate() keyword arguments, got {type(inputs).__name__}")
+    plan = plan if plan is not None else GenerationPlan()
+    calls: list[dict[str, Any]] = []
+    encoder_calls: list[dict[str, Any]] = []
+    feature_calls: dict[str, list[dict[str, Any]]] = {m: [] for m in _feature_methods(model)}
+    encoder = model.get_encoder() if getattr(model.config, "is_encoder_decoder", False) else None
+    base = getattr(model, "base_model", model)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_recording(model, calls))
+        if encoder is not None and encoder is not model:
+            stack.enter_context(_recording(encoder, encoder_calls))
+        for modality, method in _feature_methods(model).items():
+            stack.enter_context(_recording_method(base, method, feature_calls[modality]))
+        sequences = _run_generate(model, inputs, CAPTURE_TOKENS)
+    if len(calls) < CAPTURE_TOKENS:
+        raise ModelError(
+            f"{model_name(model)}.generate() called its top-level forward {len(calls)} time(s) for {CAPTURE_TOKENS} "
+            f"new tokens, so prefill and decode steps cannot be captured from it (add the class to "
+            f"skiplists/generate_skip.yaml with the reason)"
+        )
+    prefill, decode = _clean(calls[0]), merge_decode_calls(_clean(calls[1]), _clean(calls[2]), plan)
+    for flags in (prefill, decode):
+        flags.update({k: v for k, v in calls[0].items() if k in OUTPUT_FLAGS})
+    plan.token_input = "decoder_input_ids" if "decoder_input_ids" in decode else "input_ids"
+    # what generate() returns around the new tokens: some models return the whole prompt, others part or none
+    prompt = prefill[plan.token_input]
+    plan.prompt_columns_returned = max(min(sequences.shape[-1] - CAPTURE_TOKENS, prompt.shape[-1]), 0)
+    given = inputs.get(plan.token_input)
+    if isinstance(given, torch.Tensor) and prompt.shape[-1] == given.shape[-1] + 1:
+        plan.start_tokens = prompt[:1, :1].clone()  # generate() put the decoder start token in front
+    generation_config = model.generation_config
+    eos = generation_config.eos_token_id
+    plan.eos_token_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+    plan.pad_token_id = generation_config.pad_token_id
+    components: dict[str, tuple[torch.nn.Module, dict[str, Any]]] = {}
+    if encoder_calls:
+        components["encoder"] = (encoder, _clean(encoder_calls[0]))
+        plan.encoders["encoder"] = "encoder_outputs"
+    for modality, method in _feature_methods(model).items():
+        if feature_calls[modality] and isinstance(prefill.get("mm_encoder_outputs"), Mapping):
+            components[f"{modality}_features"] = (FeatureMethod(base, method), _clean(feature_calls[modality][0]))
+            plan.encoders[f"{modality}_features"] = f"mm_encoder_outputs.{modality}"
+    components["prefill"] = (model, prefill)
+    components["decode"] = (model, decode)
+    plan.templates.update({name: kwargs for name, (_, kwargs) in components.items()})
+    return components
+
+
+def _modality_encoders(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    found = {}
+    get_encoder = getattr(model, "get_encoder", None)
+    if get_encoder is None:
+        return found
+    for modality in MODALITIES:
+        try:
+            encoder = get_encoder(modality=modality)
+        except (TypeError, ValueError, AttributeError, NotImplementedError):
+            continue
+        if isinstance(encoder, torch.nn.Module) and encoder is not model and encoder not in found.values():
+            found[f"{modality}_encoder"] = encoder
+    return found
+
+
+def multimodal_submodules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """Encoders per modality, projector, language model and ``lm_head``; empty unless at least one
+    modality encoder and a language model exist."""
+    encoders = _modality_encoders(model)
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if not encoders or not isinstance(decoder, torch.nn.Module) or decoder is model:
+        return {}
+    found = dict(encoders)
+    for name in PROJECTOR_NAMES:
+        module = getattr(model, name, None) or getattr(getattr(model, "model", None), name, None)
+        if isinstance(module, torch.nn.Module):
+            found["multi_modal_projector"] = module
+            break
+    found["language_model"] = decoder
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if isinstance(head, torch.nn.Module):
+        found["lm_head"] = head
+    return found
+
+
+def is_multimodal(model: torch.nn.Module) -> bool:
+    return bool(multimodal_submodules(model))
+
+
+def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> dict[str, tuple[torch.nn.Module, dict[str, Any]]]:
+    """Each multimodal submodule with the kwargs it received during one ``model(**inputs)``."""
+    check_model(model)
+    modules = multimodal_submodules(model)
+    if not modules:
+        raise ValueError(
+            f"{model_name(model)} has no modality encoder (get_encoder(modality=...)) together with a language "
+            f"model (get_decoder()): it is not a multimodal model this decomposition can split"
+        )
+    calls: dict[str, list[dict[str, Any]]] = {name: [] for name in modules}
+    with contextlib.ExitStack() as stack:
+        for name, module in modules.items():
+            stack.enter_context(_recording(module, calls[name]))
+        with torch.no_grad():
+            model(**copy.deepcopy(dict(inputs)))
+    return {name: (modules[name], _clean(calls[name][0])) for name in modules if calls[name]}
+
+
+def decompose_for_generation(model: torch.nn.Module, inputs: Mapping[str, Any], plan: GenerationPlan | None = None
+                             ) -> dict[str, tuple[torch.nn.Module, dict[str, Any]]]:
+    """Prefill/decode (and encoder) components; a multimodal prefill is also split into its submodules.
+
+    Keys: ``prefill``, ``decode`` (and ``encoder`` for encoder-decoders); for multimodal models also
+    ``<modality>_encoder``, ``multi_modal_projector``, ``language_model`` and ``lm_head``.
+    """
+    plan = plan if plan is not None else GenerationPlan()
+    components = decompose_prefill_decode(model, inputs, plan)
+    if is_multimodal(model):
+        # the caller's inputs (with pixels): generate() hands the prefill pre-encoded features instead
+        accepted, open_ended = accepted_input_names(model)
+        forward_inputs = {k: v for k, v in inputs.items() if open_ended or k in accepted}
+        components = {**decompose_multimodal(model, forward_inputs), **components}
+    return components

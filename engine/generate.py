@@ -1,0 +1,143 @@
+"""Greedy generation over exported components, on whatever runtime each artifact needs.
+
+``generate(components, inputs, max_new_tokens=N)`` returns the token ids that
+``model.generate(**inputs, do_sample=False, max_new_tokens=N)`` returns: the prompt followed by the new tokens
+for decoder-only models, the decoder sequence (starting with the decoder start token) for encoder-decoders.
+Rows that produced an end-of-sequence token are padded, and generation stops once every row has, as
+``generate`` does.
+
+The step kwargs are rebuilt from the :class:`~engine.decompose.GenerationPlan` that ``export_for_generation``
+attached to the components: captured templates give each kwarg's structure (a cache object is refilled with
+the previous step's cache outputs by leaf name), the merge told which kwargs carry tokens and which grow.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from engine.decompose import GenerationPlan
+from engine.errors import InputError
+from engine.pytree import fill_leaves, get_leaf_tensors, is_cache_object
+from engine.runtime import run_exported
+
+
+class GenerationComponents(dict):
+    """``{component name: artifact}`` plus the :class:`GenerationPlan` that chains them."""
+
+    def __init__(self, *args, plan: GenerationPlan, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.plan = plan
+
+
+def _cache_kwarg(template: Mapping[str, Any]) -> str | None:
+    return next((k for k, v in template.items() if is_cache_object(v)), None)
+
+
+def _cache_outputs(outputs: dict[str, torch.Tensor], template_cache: Any) -> dict[str, torch.Tensor]:
+    """The output leaves that refill ``template_cache``: the output prefix whose leaf names cover it."""
+    wanted = set(get_leaf_tensors(template_cache))
+    prefixes = {name.split(".", 1)[0] for name in outputs if "." in name}
+    for prefix in sorted(prefixes):
+        leaves = {name[len(prefix) + 1 :]: t for name, t in outputs.items() if name.startswith(prefix + ".")}
+        if wanted <= set(leaves):
+            return leaves
+    raise InputError(f"the step's outputs hold no cache with leaves {sorted(wanted)[:4]}...; outputs: {sorted(outputs)[:8]}")
+
+
+def _fill(template: dict[str, Any], values: dict[str, Any], cache: dict[str, torch.Tensor] | None) -> dict[str, Any]:
+    """Kwargs shaped like ``template``: the cache from the template (empty, or refilled with ``cache``), then
+    given ``values``, the rest as captured. A caller's own cache object only told generate() which kind to use;
+    the exported step expects exactly the captured structure."""
+    out = {}
+    for name, captured in template.items():
+        if is_cache_object(captured):
+            out[name] = copy.deepcopy(captured) if cache is None else fill_leaves(captured, cache)
+        elif name in values:
+            out[name] = values[name]
+        else:
+            out[name] = captured
+    return out
+
+
+def _positions(previous: torch.Tensor, dim: int, count: int) -> torch.Tensor:
+    """The next ``count`` positions after ``previous`` along ``dim`` (cache_position, position_ids)."""
+    last = previous.narrow(dim, previous.shape[dim] - 1, 1)
+    steps = torch.arange(1, count + 1, dtype=previous.dtype).reshape([-1 if d == dim else 1 for d in range(previous.ndim)])
+    return last + steps
+
+
+def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config: Any = None, max_new_tokens: int = 8
+             ) -> torch.Tensor:
+    """Greedy decoding over ``components`` from ``export_for_generation``; ``config`` is accepted for symmetry
+    with the exporters (the runtime is chosen by each artifact's type)."""
+    plan: GenerationPlan | None = getattr(components, "plan", None)
+    if plan is None:
+        raise InputError("generate() takes the components returned by export_for_generation (they carry the generation plan)")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    values: dict[str, Any] = {k: v for k, v in inputs.items() if v is not None}
+
+    # ── Encoders (an encoder-decoder's encoder, a multimodal model's feature extractors) ──
+    for name, feeds in plan.encoders.items():
+        outputs = run_exported(components[name], _fill(plan.templates[name], values, None))
+        key, _, sub = feeds.partition(".")
+        template = plan.templates[plan.prefill][key]
+        if sub:
+            values.setdefault(key, {})[sub] = fill_leaves(template[sub], outputs)
+        else:
+            values[key] = fill_leaves(template, outputs)
+
+    # ── Prefill ──
+    prefill_template = plan.templates[plan.prefill]
+    token_input = plan.token_input
+    batch = next(v.shape[0] for v in values.values() if isinstance(v, torch.Tensor))
+    if token_input not in values:  # an encoder-decoder starts from the decoder start token(s)
+        values[token_input] = prefill_template[token_input][:1].expand(batch, -1).clone()
+    elif plan.start_tokens is not None:  # as generate() does with given decoder ids
+        values[token_input] = torch.cat([plan.start_tokens.expand(batch, 1), values[token_input]], dim=-1)
+    prompt_length = values[token_input].shape[-1]
+    mask = values.get("attention_mask")
+    if "position_ids" in prefill_template and "position_ids" not in values and isinstance(mask, torch.Tensor) and mask.ndim == 2:
+        # generate()'s convention: positions count the attended tokens of each row
+        values["position_ids"] = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    prefill_kwargs = _fill(prefill_template, values, None)
+    outputs = run_exported(components[plan.prefill], prefill_kwargs)
+
+    decode_template = plan.templates[plan.decode]
+    cache_name = _cache_kwarg(decode_template)
+    sequence = values[token_input]
+    state = {name: prefill_kwargs[name] for name in (*plan.growing, *plan.token_dims) if name in prefill_kwargs}
+    finished = torch.zeros(sequence.shape[0], dtype=torch.bool)
+
+    for step in range(max_new_tokens):
+        logits = outputs["logits"]
+        token = logits[:, -1, :].argmax(-1)
+        if plan.pad_token_id is not None:
+            token = torch.where(finished, torch.full_like(token, plan.pad_token_id), token)
+        sequence = torch.cat([sequence, token[:, None].to(sequence.dtype)], dim=-1)
+        if plan.eos_token_ids:
+            finished |= torch.isin(token, torch.tensor(plan.eos_token_ids))
+            if bool(finished.all()):
+                break
+        if step == max_new_tokens - 1:
+            break
+
+        # ── Decode: one new token, the cache of the previous step ──
+        step_values = {k: v for k, v in values.items() if k in decode_template}  # constant ones (an encoder mask)
+        for name, dim in plan.growing.items():
+            grown = state[name]
+            ones = torch.ones([1 if d == dim else s for d, s in enumerate(grown.shape)], dtype=grown.dtype)
+            state[name] = step_values[name] = torch.cat([grown, ones], dim=dim)
+        for name, dim in plan.token_dims.items():
+            if name == token_input:
+                step_values[name] = token[:, None].to(sequence.dtype)
+            elif name in state:
+                state[name] = step_values[name] = _positions(state[name], dim, 1)
+        cache = _cache_outputs(outputs, decode_template[cache_name]) if cache_name else None
+        outputs = run_exported(components[plan.decode], _fill(decode_template, step_values, cache))
+    kept = plan.prompt_columns_returned if plan.prompt_columns_returned >= 0 else prompt_length
+    return sequence[:, prompt_length - min(kept, prompt_length) :]
