@@ -1,0 +1,114 @@
+"""The export-sweep command: help, named errors, corrupt lines, matrix rebuild, merge (= a single run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sweep.cli import main
+from sweep.results import append_row
+from tests.sweep.test_plugin import LOCAL_MODELS, sweep  # noqa: F401  (the pytester sweep fixture)
+
+pytest_plugins = ["pytester"]
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "sweep.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def rows_file(path, n=3):
+    for i in range(n):
+        append_row(path, {"model": f"M{i}", "backend": "onnx", "shapes": "dynamic", "status": "pass" if i else "fail",
+                          "error": "ValueError: x", "versions": {"torch": "2.13.0"}, "pinned": {"torch": "2.13.0"}})
+    return path
+
+
+def test_help_lists_the_commands_and_their_options():
+    result = cli("--help")
+    assert result.returncode == 0
+    assert "{matrix,merge,compare}" in result.stdout and "exit 1 on regressions" in result.stdout
+    for command, option in (("matrix", "--out"), ("merge", "--out"), ("compare", "--time-threshold")):
+        sub = cli(command, "--help")
+        assert sub.returncode == 0 and option in sub.stdout and "--strict" in sub.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["matrix", "{tmp}/absent.jsonl"], "export-sweep: error: no row file: {tmp}/absent.jsonl does not exist"),
+    (["matrix", "{tmp}"], "export-sweep: error: no row file: {tmp} is a folder without results.jsonl"),
+    (["compare", "{tmp}/ok.jsonl", "{tmp}/absent"], "export-sweep: error: no row file: {tmp}/absent does not exist"),
+    (["matrix", "{tmp}/empty.jsonl"], "export-sweep: error: no rows in {tmp}/empty.jsonl"),
+    (["compare", "{tmp}/ok.jsonl", "{tmp}/ok.jsonl", "--time-threshold", "0"], "export-sweep: error: --time-threshold must be > 0, got 0.0"),
+])
+def test_errors_are_one_line_with_exit_code_2(tmp_path, args, message):
+    rows_file(tmp_path / "ok.jsonl")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    result = cli(*(a.format(tmp=tmp_path) for a in args))
+    assert result.returncode == 2
+    assert result.stderr.strip() == message.format(tmp=tmp_path)  # one line, no traceback
+
+
+def test_unknown_command_is_a_usage_error():
+    result = cli("plot")
+    assert result.returncode == 2 and "invalid choice: 'plot'" in result.stderr
+
+
+def test_corrupt_lines_are_reported_with_line_numbers_and_skipped(tmp_path, capsys):
+    path = rows_file(tmp_path / "results.jsonl")
+    with open(path, "a") as f:
+        f.write('{"model": "Half", "backend": "on\n')
+        f.write('"just a string"\n')
+    append_row(path, {"model": "Late", "backend": "onnx", "shapes": "dynamic", "status": "pass"})
+    assert main(["matrix", str(tmp_path)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].startswith(f"export-sweep: warning: {path}:4: corrupt row skipped: Invalid control")
+    assert err[1] == f"export-sweep: warning: {path}:5: corrupt row skipped: a row is a JSON object"
+    matrix = json.loads((tmp_path / "matrix.json").read_text())
+    assert sorted(matrix["models"]) == ["Late", "M0", "M1", "M2"]
+    assert (tmp_path / "matrix.md").is_file() and (tmp_path / "matrix.html").is_file()
+    assert main(["matrix", str(tmp_path), "--strict"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"export-sweep: error: 2 corrupt line(s) in {path} (first: line 4); --strict stops here")
+
+
+def test_merge_joins_row_files_one_row_per_case(tmp_path, capsys):
+    a, b = tmp_path / "a" / "results.jsonl", tmp_path / "b.jsonl"
+    append_row(a, {"model": "A", "backend": "onnx", "status": "fail", "started": 1})
+    append_row(a, {"model": "B", "backend": "onnx", "status": "pass", "started": 1})
+    append_row(b, {"model": "A", "backend": "onnx", "status": "pass", "started": 2})  # re-run later elsewhere
+    assert main(["merge", str(tmp_path / "a"), str(b), "--out", str(tmp_path / "all")]) == 0
+    captured = capsys.readouterr()
+    assert "1 case(s) appear in several row files" in captured.err
+    assert "merged 2 cases from 2 row files" in captured.out
+    merged = [json.loads(x) for x in (tmp_path / "all" / "results.jsonl").read_text().splitlines()]
+    assert [(r["model"], r["status"]) for r in merged] == [("A", "pass"), ("B", "pass")]
+    assert json.loads((tmp_path / "all" / "matrix.json").read_text())["counts"]["onnx-static"]["pass"] == 2
+
+
+def _cells(matrix_path):
+    matrix = json.loads(matrix_path.read_text())
+    return {(m, col): (c["status"], c["stage"], c["category"]) for m, cols in matrix["models"].items()
+            for col, c in cols.items()}
+
+
+def test_shards_merged_equal_a_single_run(sweep, pytester):  # noqa: F811
+    args = ("--models=GoodModel,OtherGoodModel,DriftModel,AbortModel", "--backend=eager,dynamo")
+    single = sweep(*args, f"--report-dir={pytester.path / 'single'}")
+    single.assert_outcomes(passed=5, failed=3)
+    ran = []
+    for i in (1, 2):
+        part = sweep(*args, f"--shard={i}/2", f"--report-dir={pytester.path / f'shard{i}'}")
+        outcomes = part.parseoutcomes()
+        ran.append(outcomes.get("passed", 0) + outcomes.get("failed", 0))
+        assert outcomes.get("deselected", 0) == 8 - ran[-1]
+    assert sorted(ran) != [0, 8] and sum(ran) == 8  # both shards did some work, together all of it
+    assert main(["merge", str(pytester.path / "shard1"), str(pytester.path / "shard2"),
+                 "--out", str(pytester.path / "merged")]) == 0
+    assert _cells(pytester.path / "merged" / "matrix.json") == _cells(pytester.path / "single" / "matrix.json")
+    shard_rows = [json.loads(x) for x in (pytester.path / "shard1" / "results.jsonl").read_text().splitlines()]
+    assert {r["shard"] for r in shard_rows} == {"1/2"}
+    bad = sweep(*args, "--shard=3/2", "--collect-only")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--shard 3/2: need 1 <= i <= n*"])
