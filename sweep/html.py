@@ -87,7 +87,7 @@ function renderFilters() {
     ul.append(li);
   }
   if (!M.categories.length) ul.append(el('li', {}, 'no failures'));
-  for (const id of ['filter-name', 'filter-status', 'filter-category']) $(id).addEventListener('input', applyFilters);
+  for (const id of ['filter-name', 'filter-status', 'filter-category']) for (const ev of ['input', 'change']) $(id).addEventListener(ev, applyFilters);
   $('filter-reset').onclick = () => { $('filter-name').value = ''; $('filter-status').value = ''; $('filter-category').value = ''; applyFilters(); };
 }
 function renderHeatmap() {
