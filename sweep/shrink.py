@@ -253,6 +253,25 @@ def min_layers(node: Node, profile: Profile, old_layers: int) -> int:
     return need
 
 
+def _keep_kv_sharing(node: Node) -> None:
+    """Layers that reuse another layer's KV cache (Gemma 3n): every layer type keeps one producing layer
+    and one sharing layer, so the layer count is twice the number of types and the last half shares."""
+    args = node.args
+    shared = args.get("num_kv_shared_layers")
+    layers_key = next((k for k in LAYER_COUNTS if _is_int(args.get(k))), None)
+    if not _is_int(shared) or shared <= 0 or layers_key is None:
+        return
+    pattern = args.get("layer_types") or node.derived_patterns.get("layer_types") or []
+    types = list(dict.fromkeys(pattern)) or ["full_attention"]
+    before, after = args[layers_key], 2 * len(types)
+    for key, value in list(args.items()):  # other per-layer lists follow the new count
+        if isinstance(value, (list, tuple)) and len(value) == before and key != "layer_types":
+            args[key] = type(value)((list(value) * after)[:after])
+    args[layers_key] = after
+    args["layer_types"] = types * 2
+    args["num_kv_shared_layers"] = len(types)
+
+
 def _shrink_periods(node: Node, layers: int) -> None:
     """Every-k-th-layer patterns (``attn_layer_period`` / ``attn_layer_offset``) still hit a layer."""
     for key in [k for k in node.args if k.endswith("_period")]:
@@ -346,6 +365,7 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
         _remap_layer_indices(node, old_layers, target)
 
         _shrink_periods(node, target)
+        _keep_kv_sharing(node)
 
     # Mixture of experts and low-rank attention.
     for key in EXPERT_COUNTS:
@@ -478,10 +498,12 @@ HIERARCHICAL_WINDOW = 2
 
 def _fill_required_unset(node: Node, profile: Profile, token_map: dict[int, int]) -> None:
     args = node.args
-    if "vocab_size" in node.fields and args.get("vocab_size") is None and node.children == {}:
+    if "vocab_size" in node.fields and args.get("vocab_size") is None:
         args["vocab_size"] = profile.vocab
     if "pad_token_id" in node.fields and args.get("pad_token_id") is None and _is_int(args.get("vocab_size")):
-        args["pad_token_id"] = min(args["vocab_size"], profile.vocab) - 1 - len(token_map)
+        # the smallest id no other special token uses (padding ids also index position tables, e.g. ESM)
+        used = {v for k, v in args.items() if _is_token_field(k) and _is_int(v)}
+        args["pad_token_id"] = min(i for i in range(len(used) + 1) if i not in used)
     if "prediction_length" in node.fields and args.get("prediction_length") is None:
         args["prediction_length"] = PREDICTION_LENGTH
 
