@@ -1,19 +1,187 @@
 """Patches and FX node fixes of the ExecuTorch exporter (stages 2, 3 and 5 of :mod:`engine.exporter_executorch`).
 
-Each one exists because a test model (``tests/engine/tiny_models.py``) or a model tried by hand needs it;
-its docstring names the pattern and the upstream issue. Imported by ``ExecutorchExporter.export``.
+Each one exists because a test model (``tests/engine/tiny_models.py``) needs it; its docstring names the
+pattern and the upstream issue. Imported by ``ExecutorchExporter.export``.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
+from torch.fx.experimental.symbolic_shapes import free_symbols
+from torch.utils._sympy.printers import PythonPrinter
 
 from engine.patches import register_fx_node_fix, register_patch  # noqa: F401
+
+_EXECUTORCH = {"executorch": ">=1.4,<1.5"}
 
 # ── Stage 2: Torch patches ────────────────────────────────────────────────────────────────────────
 # Ops the ExecuTorch/XNNPACK path cannot take, swapped during torch.export.
 
+
+@register_patch("executorch", "torch.nn.functional.scaled_dot_product_attention")
+def _patch_sdpa_output_layout(original):
+    """Pattern: a ``view`` of the SDPA output (``attn.transpose(1, 2).reshape(b, s, -1)``, then ``x.view(-1, d)``).
+
+    ``torch.export`` records those reshapes as bare views because the SDPA meta kernel reports a contiguous
+    ``(N, H, L, E)`` output. ExecuTorch's lowering re-decomposes SDPA on CPU through
+    ``_scaled_dot_product_flash_attention_for_cpu``, which returns an ``(L, N, H, E)``-strided buffer, and the
+    recorded view fails: ``Cannot view a tensor with shape [s0, s1, 32] and strides (32, 32*s0, 1)`` (GPT-2's
+    ``Conv1D``). An explicit contiguous ``clone`` of the output is recorded whatever the trace-time layout, and
+    makes every later view valid under either decomposition.
+    Upstream: TODO: upstream issue not found (SDPA fake/meta strides vs the CPU flash decomposition).
+    """
+
+    def scaled_dot_product_attention(*args, **kwargs):
+        return original(*args, **kwargs).clone(memory_format=torch.contiguous_format)
+
+    return scaled_dot_product_attention
+
+
 # ── Stage 3: ExecuTorch patches ───────────────────────────────────────────────────────────────────
 # ExecuTorch internals that crash on legitimate dynamic-shape patterns, swapped during lowering.
 
+#: most points a size expression is evaluated at to find its exact maximum (else interval arithmetic)
+_MAX_GRID = 1 << 16
+
+
+def _exact_max(expr, var_to_range) -> int | None:
+    """The exact maximum of an integer size expression over its symbols' (finite) ranges, by evaluating it at
+    every point; ``None`` when the grid is too large or the expression does not evaluate."""
+    syms = sorted(expr.free_symbols, key=str)
+    ranges = [var_to_range.get(s) for s in syms]
+    if not syms or any(r is None or not r.lower.is_finite or not r.upper.is_finite for r in ranges):
+        return None
+    spans = [(int(r.lower), int(r.upper)) for r in ranges]
+    if math.prod(hi - lo + 1 for lo, hi in spans) > _MAX_GRID:
+        return None
+    try:
+        source = PythonPrinter().doprint(expr)
+        fn = eval(f"lambda {', '.join(map(str, syms))}: {source}", {"math": math})  # noqa: S307 (printed sympy)
+        grids = np.meshgrid(*[np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in spans], indexing="ij")
+        with np.errstate(all="ignore"):
+            values = np.asarray(fn(*grids))
+        if values.dtype.kind not in "iu":
+            return None
+        return int(values.max())
+    except Exception:  # an expression the printer or numpy cannot evaluate: keep the interval bound
+        return None
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.sym_util.eval_upper_bound",
+    "executorch.exir.passes.sym_shape_eval_pass.eval_upper_bound",
+    requires=_EXECUTORCH,
+)
+def _patch_loose_upper_bound_of_floordiv_ratios(original):
+    """Pattern: sizes that divide a dynamic length by a function of itself (chunked scans, windows):
+    ``n_chunks = padded // chunk`` then ``padded // n_chunks`` (always ``chunk``).
+
+    ``eval_upper_bound`` bounds a size by interval arithmetic, which evaluates ``x // (x // 4)`` as
+    ``upper(x) // lower(x // 4)``: Mamba2's chunked scan, traced with ``chunk_size=4`` and a length capped at
+    256, plans ``[2, 64, 8, 259, 259]`` buffers for ``[2, 64, 8, 4, 4]`` tensors, a 1.1 GB arena that the runtime
+    then fails to load. Evaluate such expressions exactly at every point of their symbols' ranges when those
+    are small (at most 65536 points; else the interval bound stands); the result is never above the interval
+    bound and is exact.
+    Upstream: TODO: upstream issue not found (executorch/exir/sym_util.py, eval_upper_bound).
+    """
+
+    def eval_upper_bound(maybe_symint):
+        bound = original(maybe_symint)
+        if isinstance(maybe_symint, int):
+            return bound
+        node = maybe_symint.node
+        exact = _exact_max(node.expr, node.shape_env.var_to_range)
+        return bound if exact is None else min(bound, exact)
+
+    return eval_upper_bound
+
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.verification.arg_validator.EdgeOpArgValidator.call_function",
+    requires=_EXECUTORCH,
+)
+def _patch_dtype_validator_len_of_tensor_list(original):
+    """Pattern: an op returning one ``Tensor[]`` (``split_with_sizes_copy``: GPT-2's fused ``qkv.split``) whose
+    first output has a dynamic dim 0 (the batch).
+
+    The edge verifier's dtype validator walks ``node.meta["val"]`` one element per schema return, so for a single
+    ``Tensor[]`` return it takes the *first tensor* for the list and calls ``len()`` on it. ``len`` of a tensor with
+    a symbolic dim 0 installs the guard ``Eq(s0, 2)``: the batch is silently specialised to its traced size and
+    the program then rejects any other batch at run time. Hand the validator the list wrapped as one return.
+    Upstream: TODO: upstream issue not found (executorch/exir/verification/arg_validator.py, call_function).
+    """
+
+    def call_function(self, target, args, kwargs):
+        returns = getattr(getattr(target, "_schema", None), "returns", ())
+        val = self.node.meta.get("val")
+        if len(returns) == 1 and returns[0].type == torch.ListType.ofTensors() and isinstance(val, (list, tuple)):
+            self.node.meta["val"] = [val]
+            try:
+                return original(self, target, args, kwargs)
+            finally:
+                self.node.meta["val"] = val
+        return original(self, target, args, kwargs)
+
+    return call_function
+
+
+def _dynamic_dims(val) -> int:
+    return sum(1 for d in val.shape if free_symbols(d)) if isinstance(val, torch.Tensor) else 0
+
+
+@register_patch(
+    "executorch",
+    "executorch.backends.xnnpack.partition.config.generic_node_configs.UnsqueezeCopyConfig.check_constraints",
+    requires=_EXECUTORCH,
+)
+def _patch_unsqueeze_with_several_dynamic_dims(original):
+    """Pattern: ``unsqueeze(-1)`` of a tensor with two or more dynamic dims (``[batch, seq] -> [batch, seq, 1]``).
+
+    XNNPACK's partitioner accepts any trailing-dim ``unsqueeze_copy``, but its serializer
+    (``UnsqueezeVisitor.define_node``) emits a static reshape that allows one dynamic dim only and raises
+    ``XNNPACK reshape only supports 1 dynamic dimension`` at lowering. Reject such nodes in the partitioner,
+    mirroring the serializer's check, so they stay on the portable ``unsqueeze_copy`` kernel.
+    Upstream: TODO: upstream issue not found (the check lives in backends/xnnpack/operators/op_squeeze.py).
+    """
+
+    def check_constraints(self, node, ep):
+        if _dynamic_dims(node.meta.get("val")) > 1:
+            return False
+        return original(self, node, ep)
+
+    return check_constraints
+
+
+@register_patch(
+    "executorch",
+    "executorch.backends.xnnpack.partition.config.gemm_configs.ConvolutionConfig.check_constraints",
+    requires=_EXECUTORCH,
+)
+def _patch_conv1d_with_several_dynamic_dims(original):
+    """Pattern: a 1-D convolution whose input has two or more dynamic dims (batch and sequence: Mamba's causal
+    ``conv1d``, audio front-ends).
+
+    XNNPACK runs a conv1d as ``unsqueeze(-1) -> conv2d -> squeeze(-1)`` (``Conv1dUnsqueezePass``, inside the
+    delegate), and that unsqueeze/squeeze pair is a static reshape limited to one dynamic dim, so lowering
+    raises ``XNNPACK reshape only supports 1 dynamic dimension``. Keep such convolutions out of the XNNPACK
+    partition; the portable ``convolution`` kernel runs them.
+    Upstream: TODO: upstream issue not found (Conv1dUnsqueezePass in backends/xnnpack/_passes).
+    """
+
+    def check_constraints(self, node, ep):
+        val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and val.ndim == 3 and _dynamic_dims(val) > 1:
+            return False
+        return original(self, node, ep)
+
+    return check_constraints
+
+
 # ── Stage 5: FX node fixes ────────────────────────────────────────────────────────────────────────
+# None needed so far by the test architectures.

@@ -148,8 +148,6 @@ class ExecutorchExporter(DynamoExporter):
         # ── Stage 5: FX node fixes ───────────────────────────────────────────────────────────────
         apply_fx_node_fixes("executorch", program.graph_module)
 
-        meta = program_metadata(program, traced_inputs, name, config.backend)
-
         # ── Stage 3: ExecuTorch patches (active during lowering) ─────────────────────────────────
         from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
@@ -159,9 +157,14 @@ class ExecutorchExporter(DynamoExporter):
                     program,
                     partitioner=partitioners,
                     compile_config=EdgeCompileConfig(),
-                    constant_methods={META_METHOD: json.dumps(meta)},
+                    constant_methods={META_METHOD: ""},
                 )
+                # the metadata describes the lowered program: a dim lowering specialised shows as static
+                meta = program_metadata(edge.exported_program(), traced_inputs, name, config.backend)
+                edge._config_methods[META_METHOD] = json.dumps(meta)
                 return edge.to_executorch()
+            except ExportStageError:
+                raise
             except Exception as e:
                 raise ExportStageError("lower", name, e) from e
 
