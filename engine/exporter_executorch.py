@@ -331,18 +331,21 @@ def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
                 caps[expr] = (cap, why, f"{node.name} dim {d}")
     # symbols no input dim is exactly (derived or data-dependent sizes) get the largest input cap
     fallback = max((c for c, _, _ in caps.values()), default=MIN_LENGTH_CAP)
+    internal = set()
     for table in (ranges, env_ranges):
         for sym, vr in list(table.items()):
             if isinstance(vr.upper, IntInfinity):
-                cap = caps.get(sym, (fallback, "", ""))[0]
+                cap = caps[sym][0] if sym in caps else fallback
                 lower = vr.lower if not isinstance(vr.lower, NegativeIntInfinity) else 0
                 table[sym] = ValueRanges(lower, max(cap, int(lower)))
                 if sym not in caps:
-                    caps[sym] = (cap, "largest input cap", f"internal size {sym}")
+                    internal.add(sym)
     if caps:
         listing = "; ".join(f"{where} <= {cap} ({why})" for cap, why, where in caps.values())
+        if internal:
+            listing += f"; and {len(internal)} internal size(s) at the largest cap, {fallback}"
         warnings.warn(
-            f"{limits.model}: {len(caps)} dynamic dim(s) had no upper bound and were capped for ExecuTorch memory "
+            f"{limits.model}: {len(caps)} dynamic input dim(s) had no upper bound and were capped for ExecuTorch memory "
             f"planning: {listing}. Pass dynamic_shapes with torch.export.Dim(min=, max=) to choose the bounds.",
             UnboundedDimWarning,
             stacklevel=2,
