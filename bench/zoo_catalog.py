@@ -191,7 +191,8 @@ def print_summary(s: dict) -> None:
         print(f"  {status}: {len(items)}")
         for item in items:
             extra = f" [{item['package']}]" if item.get("package") else ""
-            print(f"    {item['name']}{extra}: {item['message'][:160]}")
+            message = " ".join(item["message"].split())
+            print(f"    {item['name']}{extra}: {message[:160]}")
 
 
 def load_rows(out: Path) -> dict[str, dict]:

@@ -93,7 +93,8 @@ def _priority(name: str) -> int:
 def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> list[str]:
     """Forward parameters to fill: the main input, required ones, and those the modalities call for."""
     config = model.config
-    names = [model.main_input_name] if model.main_input_name in params else []
+    main = model.main_input_name
+    names = [n for n in (main if isinstance(main, (list, tuple)) else [main]) if n in params]
     names += [n for n in params if n in _required(params)]
     modalities = set(getattr(model, "input_modalities", ()) or ())
     for modality in ("vision", "audio"):  # a tower the config leaves out takes no inputs (text-only defaults)
@@ -101,7 +102,7 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
                 config, f"{modality}_config", None) is None:
             modalities.discard("image" if modality == "vision" else "audio")
     for name in params:
-        if name in ("mm_token_type_ids", "pixel_attention_mask") and "pixel_values" in names:
+        if name in ("mm_token_type_ids", "pixel_attention_mask", "target_sizes") and "pixel_values" in names:
             names.append(name)
         if name in m.WITH_FEATURES and "input_features" in names:
             names.append(name)

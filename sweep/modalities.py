@@ -279,6 +279,14 @@ def pixel_attention_mask(ctx: Context) -> torch.Tensor | None:
     return torch.ones(*x.shape[:-3], *x.shape[-2:], dtype=torch.bool)
 
 
+def _patch_grid(ctx: Context) -> torch.Tensor:
+    """(B, 2) patches per side of each image (MiniCPM-V's ``target_sizes``)."""
+    h, w = _image_side(ctx)
+    patch = ctx.find("patch_size", default=14)
+    patch = patch[0] if isinstance(patch, (list, tuple)) else patch
+    return torch.tensor([[h // patch, w // patch]] * ctx.batch, dtype=torch.int32)
+
+
 def image_grid_thw(ctx: Context) -> torch.Tensor | None:
     return ctx.made.get("image_grid_thw")
 
@@ -467,7 +475,7 @@ def fallback(ctx: Context, names: list[str]) -> dict[str, Any]:
         if name.endswith("mask"):
             ids = ctx.made.get("input_ids")
             out[name] = torch.ones_like(ids) if ids is not None else torch.ones(ctx.batch, SEQ, dtype=torch.long)
-        elif name.endswith("ids"):
+        elif name.endswith(("ids", "task_inputs")):
             out[name] = ctx.token_ids((ctx.batch, SEQ), _vocab(ctx))
         elif name.endswith("embeds"):
             width = ctx.find("hidden_size", "d_model", default=32)
@@ -489,6 +497,7 @@ RECIPES: dict[str, Callable[[Context], Any]] = {
     "pixel_attention_mask": pixel_attention_mask,
     "pixel_values_videos": pixel_values_videos,
     "mm_token_type_ids": mm_token_type_ids,
+    "target_sizes": lambda ctx: _patch_grid(ctx),
     "inputs": lambda ctx: generic_inputs(ctx),
     "audio_mel": lambda ctx: _mel_sequence(ctx),
     "audio_mel_mask": lambda ctx: torch.zeros(ctx.batch, _audio_frames(ctx), dtype=torch.bool),

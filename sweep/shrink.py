@@ -504,6 +504,12 @@ def _fill_required_unset(node: Node, profile: Profile, token_map: dict[int, int]
         # the smallest id no other special token uses (padding ids also index position tables, e.g. ESM)
         used = {v for k, v in args.items() if _is_token_field(k) and _is_int(v)}
         args["pad_token_id"] = min(i for i in range(len(used) + 1) if i not in used)
+    if "default_language" in node.fields and args.get("default_language") is None and args.get("languages"):
+        args["default_language"] = list(args["languages"])[0]  # X-MOD refuses to guess the language adapter
+    width = primary_width(node)
+    dims = args.get("axial_pos_embds_dim")
+    if _int_list(dims) and width and sum(dims) != width:  # Reformer: axial position factors sum to the width
+        args["axial_pos_embds_dim"] = type(dims)(_proportional(list(dims), width))
     if "prediction_length" in node.fields and args.get("prediction_length") is None:
         args["prediction_length"] = PREDICTION_LENGTH
 
