@@ -58,3 +58,10 @@ class AutoExporter:
         if isinstance(config, Mapping):
             config = AutoExportConfig.from_dict(config)
         return cls.from_config(config).export(model, inputs, config=config)
+
+    @classmethod
+    def export_for_generation(cls, model, inputs, config: DynamoConfig | Mapping[str, Any]):
+        """Shortcut: pick the exporter from ``config`` and export every generation component."""
+        if isinstance(config, Mapping):
+            config = AutoExportConfig.from_dict(config)
+        return cls.from_config(config).export_for_generation(model, inputs, config=config)

@@ -236,7 +236,8 @@ def decompose_prefill_decode(model: torch.nn.Module, inputs: Mapping[str, Any], 
     generation_config = model.generation_config
     eos = generation_config.eos_token_id
     plan.eos_token_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
-    plan.pad_token_id = generation_config.pad_token_id
+    pad = generation_config.pad_token_id
+    plan.pad_token_id = pad if pad is not None else (plan.eos_token_ids[0] if plan.eos_token_ids else None)  # as generate()
     components: dict[str, tuple[torch.nn.Module, dict[str, Any]]] = {}
     if encoder_calls:
         components["encoder"] = (encoder, _clean(encoder_calls[0]))

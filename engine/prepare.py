@@ -2,8 +2,8 @@
 
 - validate the model and the inputs, with errors that say what was wrong and what is allowed;
 - strip label inputs (loss computation is not exported);
-- take output flags (``use_cache``, ``return_dict``, ...) out of the traced inputs: they become constants
-  bound into the traced forward (see :mod:`engine.signature`), not graph inputs;
+- take output flags (``use_cache``, ``return_dict``, ...) and Python scalars out of the traced inputs: they
+  become constants bound into the traced forward (see :mod:`engine.signature`), not graph inputs;
 - materialise view and strided inputs (torch.export guards on a view's ``_base`` and on odd strides, which
   the fresh contiguous tensors of a later run lack);
 - cast floating inputs to the model's dtype and every tensor to its device;
@@ -117,10 +117,12 @@ def check_inputs(model: torch.nn.Module, inputs: Any) -> None:
 
 
 def split_inputs(inputs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(traced_inputs, output_flags)``: labels and ``None`` values dropped, flags set apart."""
+    """``(traced_inputs, constants)``: labels and ``None`` values dropped; output flags and Python scalars
+    (``logits_to_keep=1``) set apart, to be bound into the trace as constants. torch.export specialises
+    scalar inputs anyway; binding them keeps them out of every backend's input list."""
     traced, flags = {}, {}
     for name, value in inputs.items():
-        if name in OUTPUT_FLAGS:
+        if name in OUTPUT_FLAGS or isinstance(value, (bool, int, float, str)):
             flags[name] = value
         elif value is None or is_label_input(name):
             continue
