@@ -31,7 +31,7 @@ def _patch_sdpa_output_layout(original):
     recorded view fails: ``Cannot view a tensor with shape [s0, s1, 32] and strides (32, 32*s0, 1)`` (GPT-2's
     ``Conv1D``). An explicit contiguous ``clone`` of the output is recorded whatever the trace-time layout, and
     makes every later view valid under either decomposition.
-    Upstream: TODO: upstream issue not found (SDPA fake/meta strides vs the CPU flash decomposition).
+    Upstream: https://github.com/pytorch/pytorch/issues/136543 (same error from the SDPA decomposition).
     """
 
     def scaled_dot_product_attention(*args, **kwargs):
@@ -147,7 +147,8 @@ def _patch_unsqueeze_with_several_dynamic_dims(original):
     (``UnsqueezeVisitor.define_node``) emits a static reshape that allows one dynamic dim only and raises
     ``XNNPACK reshape only supports 1 dynamic dimension`` at lowering. Reject such nodes in the partitioner,
     mirroring the serializer's check, so they stay on the portable ``unsqueeze_copy`` kernel.
-    Upstream: TODO: upstream issue not found (the check lives in backends/xnnpack/operators/op_squeeze.py).
+    Upstream: the limit comes with https://github.com/pytorch/executorch/pull/7959 (static_reshape, "up to one
+    dynamic dimension"); no issue found for the partitioner/serializer mismatch (TODO).
     """
 
     def check_constraints(self, node, ep):
@@ -171,7 +172,8 @@ def _patch_conv1d_with_several_dynamic_dims(original):
     delegate), and that unsqueeze/squeeze pair is a static reshape limited to one dynamic dim, so lowering
     raises ``XNNPACK reshape only supports 1 dynamic dimension``. Keep such convolutions out of the XNNPACK
     partition; the portable ``convolution`` kernel runs them.
-    Upstream: TODO: upstream issue not found (Conv1dUnsqueezePass in backends/xnnpack/_passes).
+    Upstream: the one-dynamic-dim limit is stated in https://github.com/pytorch/executorch/pull/2976; no issue
+    found for the partitioner admitting such convolutions (TODO).
     """
 
     def check_constraints(self, node, ep):

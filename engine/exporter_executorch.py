@@ -303,7 +303,7 @@ def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
     for, from the traced size. Finite bounds (explicit ``Dim(min=, max=)``, or ones guards derived) are kept.
     One :class:`UnboundedDimWarning` lists the caps. Both ``range_constraints`` (verifiers) and the shape
     env's ``var_to_range`` (read by ExecuTorch's ``ConstraintBasedSymShapeEvalPass``) are updated.
-    Upstream: https://github.com/pytorch/executorch/issues/ — TODO: upstream issue not found
+    Upstream: TODO: upstream issue not found (int_oo bounds are torch.export's documented Dim.AUTO behaviour).
     """
     limits: DimLimits = program.graph_module.meta.get(DIM_LIMITS_KEY) or DimLimits("model")
     shape_env = _shape_env(program)

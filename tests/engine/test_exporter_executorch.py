@@ -35,8 +35,9 @@ pytest.importorskip("executorch", reason="the executorch extra is not installed"
 from engine.exporter_executorch import META_METHOD, ExecutorchExporter, UnboundedDimWarning  # noqa: E402
 
 ATOL = RTOL = 1e-4
-#: the planned activation arena of a tiny model stays small (bounds come from the config, not a large cap)
-MAX_PLANNED_BYTES = 64 * 2**20
+#: the planned activation arena of a tiny model stays small: bounds come from the config and the sample, not a
+#: large generic cap (which plans GBs); the largest today is t5 (~69 MiB: no position limit, so 256 tokens x batch 8)
+MAX_PLANNED_BYTES = 128 * 2**20
 #: the subset exported static as well (each export costs seconds; these three cover text, vision and convs)
 STATIC_SUBSET = ("bert", "vit", "convnext")
 
@@ -165,7 +166,7 @@ def test_explicit_dim_bounds_are_respected():
         expected = get_leaf_tensors(model(x6))
     comparison = compare_leaves(expected, run_exported(manager, {"x": x6}), atol=ATOL, rtol=RTOL)
     assert comparison.ok, str(comparison)
-    with pytest.raises(InputError, match="x dim 0 is 7, outside the exported bounds: it must be between 1 and 6"):
+    with pytest.raises(InputError, match="x dim 0 is 7, outside the exported bounds: it must be between 2 and 6"):
         run_exported(manager, {"x": torch.randn(7, 5, 4)})
 
 
