@@ -28,7 +28,10 @@ from engine.errors import InputError, ModelError
 from engine.prepare import OUTPUT_FLAGS, accepted_input_names, check_model, model_name
 from engine.pytree import is_cache_object
 
-CAPTURE_TOKENS = 3  # prefill + two decode calls
+# prefill + three decode calls; the last two are merged, so every cache length in the decode example is >= 2
+# (an encoder-decoder's self-attention cache holds one token before the first decode call, and torch.export
+# pins a dim traced at size 1)
+CAPTURE_TOKENS = 4
 TOKEN_INPUTS = ("input_ids", "decoder_input_ids")
 PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
 MODALITIES = ("image", "audio", "video")
@@ -223,7 +226,7 @@ def decompose_prefill_decode(model: torch.nn.Module, inputs: Mapping[str, Any], 
             f"new tokens, so prefill and decode steps cannot be captured from it (add the class to "
             f"skiplists/generate_skip.yaml with the reason)"
         )
-    prefill, decode = _clean(calls[0]), merge_decode_calls(_clean(calls[1]), _clean(calls[2]), plan)
+    prefill, decode = _clean(calls[0]), merge_decode_calls(_clean(calls[-2]), _clean(calls[-1]), plan)
     for flags in (prefill, decode):
         flags.update({k: v for k, v in calls[0].items() if k in OUTPUT_FLAGS})
     plan.token_input = "decoder_input_ids" if "decoder_input_ids" in decode else "input_ids"
