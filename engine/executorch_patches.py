@@ -57,6 +57,16 @@ def _exact_max(expr, var_to_range) -> int | None:
     spans = [(int(r.lower), int(r.upper)) for r in ranges]
     if math.prod(hi - lo + 1 for lo, hi in spans) > _MAX_GRID:
         return None
+    key = (expr, tuple(spans))
+    if key not in _EXACT_MAX_CACHE:
+        _EXACT_MAX_CACHE[key] = _evaluate_max(expr, syms, spans)
+    return _EXACT_MAX_CACHE[key]
+
+
+_EXACT_MAX_CACHE: dict = {}
+
+
+def _evaluate_max(expr, syms, spans) -> int | None:
     try:
         source = PythonPrinter().doprint(expr)
         fn = eval(f"lambda {', '.join(map(str, syms))}: {source}", {"math": math})  # noqa: S307 (printed sympy)

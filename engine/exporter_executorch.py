@@ -40,6 +40,7 @@ from engine.exporter_dynamo import DynamoExporter
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches, register_fx_program_fix
 from engine.prepare import model_name, split_inputs
 from engine.pytree import iter_leaf_tensors
+from engine.shapes import SpecialisationWarning
 
 logger = logging.getLogger("engine")
 
@@ -148,6 +149,8 @@ class ExecutorchExporter(DynamoExporter):
         # ── Stage 5: FX node fixes ───────────────────────────────────────────────────────────────
         apply_fx_node_fixes("executorch", program.graph_module)
 
+        before = program_metadata(program, traced_inputs, name, config.backend)
+
         # ── Stage 3: ExecuTorch patches (active during lowering) ─────────────────────────────────
         from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
@@ -161,6 +164,7 @@ class ExecutorchExporter(DynamoExporter):
                 )
                 # the metadata describes the lowered program: a dim lowering specialised shows as static
                 meta = program_metadata(edge.exported_program(), traced_inputs, name, config.backend)
+                _warn_specialised_by_lowering(name, before, meta)
                 edge._config_methods[META_METHOD] = json.dumps(meta)
                 return edge.to_executorch()
             except ExportStageError:
@@ -388,6 +392,23 @@ def program_metadata(program: torch.export.ExportedProgram, traced_inputs: Mappi
         "inputs": inputs,
         "outputs": _output_names(program.call_spec.out_spec, [isinstance(s.arg, TensorArgument) for s in user_outputs]),
     }
+
+
+def _warn_specialised_by_lowering(name: str, before: dict, after: dict) -> None:
+    """Name every input dim the traced program took at several sizes and the lowered program at one only."""
+    lost = [
+        f"{b['name']} dim {d} (bounds {lo}..{hi}, lowered to {a_lo})"
+        for b, a in zip(before["inputs"], after["inputs"])
+        for d, ((lo, hi), (a_lo, a_hi)) in enumerate(zip(b["bounds"], a["bounds"]))
+        if lo != hi and a_lo == a_hi
+    ]
+    if lost:
+        warnings.warn(
+            f"{name}: ExecuTorch lowering specialised {len(lost)} dynamic input dim(s), so the .pte accepts only one "
+            f"size there: {'; '.join(lost)}",
+            SpecialisationWarning,
+            stacklevel=3,
+        )
 
 
 def _output_names(out_spec, is_tensor: list[bool]) -> list[str | None]:
