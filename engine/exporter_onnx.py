@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 import torch.utils._pytree as pytree
 
 from engine.configs import OnnxConfig
@@ -210,14 +211,24 @@ def _leaf_names(spec: pytree.TreeSpec) -> list[str]:
 
 def io_leaf_names(program: torch.export.ExportedProgram) -> tuple[list[str], list[str]]:
     """Leaf names of the program's inputs and outputs, read from its call spec: the same pytree flattening
-    that orders the ONNX graph's inputs and outputs, so no eager forward is needed to name them."""
+    that orders the ONNX graph's inputs and outputs, so no eager forward is needed to name them.
+
+    Outputs that are constants (a ``None`` in a tuple of hidden states) are leaves of the spec but not graph
+    outputs: torch.onnx drops them, so they get no name."""
     spec = program.call_spec
     inputs = pytree.tree_unflatten([torch.empty(0) for _ in range(spec.in_spec.num_leaves)], spec.in_spec)
     args, kwargs = inputs
     input_names = [name for name, _ in iter_leaf_tensors(kwargs)]
     if args:
         input_names = [f"args.{n}" for n, _ in iter_leaf_tensors(list(args))] + input_names
-    return input_names, _leaf_names(spec.out_spec)
+    user_inputs = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    if len(user_inputs) == len(input_names):  # placeholder names let unused inputs (pruned by torch.onnx) go
+        input_names = [(n, s.arg.name) for n, s in zip(input_names, user_inputs) if isinstance(s.arg, TensorArgument)]
+    user_outputs = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    output_names = _leaf_names(spec.out_spec)
+    if len(user_outputs) == len(output_names):
+        output_names = [n for n, s in zip(output_names, user_outputs) if isinstance(s.arg, TensorArgument)]
+    return input_names, output_names
 
 
 #: prefix of a graph input whose leaf name is also an output's (a cache fed in and returned updated)
@@ -228,7 +239,7 @@ BARE_OUTPUT = "output"
 INPUT_LEAVES_KEY, OUTPUT_LEAVES_KEY = "export_sweep.input_leaves", "export_sweep.output_leaves"
 
 
-def name_graph_io(model, input_names: list[str], output_names: list[str]) -> None:
+def name_graph_io(model, input_names: list, output_names: list[str]) -> None:
     """Name the graph's user inputs and its outputs after their leaves, and record the leaf names in the
     model's ``metadata_props`` (they travel with a saved file) for the runner to map results back.
 
@@ -240,14 +251,24 @@ def name_graph_io(model, input_names: list[str], output_names: list[str]) -> Non
     import onnx_ir as ir
 
     graph = model.graph
-    if len(graph.inputs) < len(input_names) or len(graph.outputs) != len(output_names):
+    # inputs come as (leaf, placeholder name): torch.onnx keeps placeholder names and drops unused inputs
+    by_placeholder = {v.name: v for v in graph.inputs}
+    pairs = [(leaf, by_placeholder.get(placeholder)) for leaf, placeholder in (
+        item if isinstance(item, tuple) else (item, None) for item in input_names)]
+    if any(value is None for _, value in pairs) and not any(value is not None for _, value in pairs):
+        pairs = list(zip([leaf for leaf, _ in pairs], graph.inputs))  # no name matched: positional
+    pairs = [(leaf, value) for leaf, value in pairs if value is not None]
+    if len(pairs) != len(graph.inputs) or len(graph.outputs) != len(output_names):
         raise ValueError(
-            f"the ONNX graph has {len(graph.inputs)} inputs and {len(graph.outputs)} outputs, but the inputs have "
-            f"{len(input_names)} tensor leaves and the outputs {len(output_names)}"
+            f"the ONNX graph has {len(graph.inputs)} inputs and {len(graph.outputs)} outputs, but "
+            f"{len(pairs)} input leaves were matched to them and the outputs have {len(output_names)} leaves"
         )
     outputs = set(output_names)
     named = []
-    for value, leaf in zip(graph.inputs, input_names):
+    leaf_of = {id(value): leaf for leaf, value in pairs}
+    input_names = [leaf_of[id(value)] for value in graph.inputs]  # in graph order, for the runner
+    for value in graph.inputs:
+        leaf = leaf_of[id(value)]
         value.name = f"{INPUT_PREFIX}{leaf}" if leaf in outputs else leaf
         named.append(value)
     seen: set[int] = set()
@@ -426,6 +447,25 @@ def _patch_registry_from_torchlib(original: Callable) -> Callable:
 # ── Stage 3: FX node fixes ──────────────────────────────────────────────────────────────────────────
 # `_fix_<pattern>(graph_module, node) -> bool`; True when the node was consumed. Dead code is removed after
 # each walk.
+
+
+@register_fx_node_fix("onnx")
+def _fix_is_all_true_as_all(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make ``aten._is_all_true(x)`` an ``aten.all(x)``.
+
+    Pattern: a model checks a whole tensor before using it (LLaVA's ``special_image_mask`` check that the image
+    tokens match the features: ``torch.all(...)`` under ``torch.compiler`` guards); torch.export records the
+    check as ``aten._is_all_true``, which torchlib has no lowering for ("No ONNX function found for
+    aten._is_all_true"). Both return a 0-d bool tensor; ``aten.all`` lowers to a reduction.
+    TODO: upstream issue not found.
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten._is_all_true.default:
+        return False
+    with gm.graph.inserting_before(node):
+        replacement = gm.graph.call_function(torch.ops.aten.all.default, (node.args[0],))
+    replacement.meta.update(node.meta)
+    node.replace_all_uses_with(replacement)
+    return True
 
 
 @register_fx_node_fix("onnx")

@@ -1,7 +1,8 @@
 """Dynamic shapes: the ``dynamic=True`` spec, and the report of dims torch.export made static anyway.
 
 ``dynamic=True`` marks every dim of every tensor leaf ``Dim.AUTO``, cache leaves included (a cache object's
-spec is the list of its pytree children's specs, which is what torch.export expects of a custom node).
+spec is the list of its pytree children's specs, which is what torch.export expects of a custom node); a cache
+layer's keys/values keep their heads and head_dim static, since those are the model's constants.
 ``Dim.AUTO`` lets torch.export *decide*: a dim traced at size 1, or tied to a constant (an image count, a
 fixed number of positions), is silently specialised, and the program then accepts only that size. That is
 the most common surprise for users of torch.export, so after every dynamic export the requested dims are
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 from torch.export import Dim
 
+from transformers import cache_utils
 from transformers.utils import ModelOutput
 
 from engine.pytree import _flatten, is_cache_object, iter_leaf_tensors
@@ -49,8 +51,21 @@ def _pytree_children(obj: Any) -> list[Any] | None:
     return None
 
 
+#: cache layers hold keys/values as [batch, heads, seq, head_dim]: heads and head_dim are the model's own
+_KV_DYNAMIC_DIMS = (0, 2)
+
+
+def _kv_spec(layer: Any, name: str, value: Any) -> Any:
+    if name in ("keys", "values") and isinstance(value, torch.Tensor) and value.ndim == 4 \
+            and isinstance(layer, cache_utils.CacheLayerMixin):
+        return {d: Dim.AUTO for d in _KV_DYNAMIC_DIMS}
+    return None
+
+
 def auto_dynamic_shapes(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """``{name: spec}`` marking every dim of every tensor leaf ``Dim.AUTO``."""
+    """``{name: spec}`` marking every dim of every tensor leaf ``Dim.AUTO``, except the heads and head_dim of a
+    cache layer's keys/values: those are the model's constants (left symbolic, a cross-attention cache's head
+    count is tied to nothing in the graph, and ONNX attention needs it static)."""
 
     def spec(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
@@ -62,6 +77,9 @@ def auto_dynamic_shapes(inputs: Mapping[str, Any]) -> dict[str, Any]:
             return {k: spec(v) for k, v in value.items()}
         if isinstance(value, tuple):
             return tuple(spec(v) for v in kids)
+        if is_cache_object(value) and not isinstance(value, cache_utils.Cache):  # a layer: children by attribute
+            names = _flatten(value)[1][2]
+            return [_kv_spec(value, n, v) or spec(v) for n, v in zip(names, kids)]
         return [spec(v) for v in kids]
 
     return {name: spec(value) for name, value in inputs.items()}
