@@ -10,14 +10,11 @@ import torch
 
 from engine import DynamoConfig, DynamoExporter, SpecialisationWarning, get_leaf_tensors, run_exported
 from engine.compare import compare_leaves
-from tests.engine.tiny_models import TINY_MODELS
+from tests.engine.tiny_models import TINY_MODELS, eager_leaves
 
 ATOL = RTOL = 1e-4
 
 
-def eager_leaves(model, inputs):
-    with torch.no_grad():
-        return get_leaf_tensors(model(**copy.deepcopy(inputs)))  # eager forward mutates caches in place
 
 
 @pytest.mark.parametrize("name", list(TINY_MODELS))

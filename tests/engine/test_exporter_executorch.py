@@ -7,7 +7,6 @@ for XNNPACK fp32 (should one need it, give it here with the reason).
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import sys
@@ -28,7 +27,7 @@ from engine import (
     run_exported,
 )
 from engine.compare import compare_leaves
-from tests.engine.tiny_models import TINY_MODELS
+from tests.engine.tiny_models import TINY_MODELS, eager_leaves
 
 pytest.importorskip("executorch", reason="the executorch extra is not installed")
 
@@ -42,9 +41,6 @@ MAX_PLANNED_BYTES = 128 * 2**20
 STATIC_SUBSET = ("bert", "vit", "convnext")
 
 
-def eager_leaves(model, inputs):
-    with torch.no_grad():
-        return get_leaf_tensors(model(**copy.deepcopy(inputs)))  # eager forward mutates caches in place
 
 
 @functools.cache

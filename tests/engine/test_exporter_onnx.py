@@ -21,22 +21,18 @@ from engine import (
     ConfigError,
     MissingDependencyError,
     OnnxConfig,
-    get_leaf_tensors,
     run_exported,
 )
 from engine.compare import compare_leaves
 from engine.exporter_onnx import OnnxExporter, sidecar_path, supported_opsets
 from engine.pytree import iter_leaf_tensors
-from tests.engine.tiny_models import TINY_MODELS
+from tests.engine.tiny_models import TINY_MODELS, eager_leaves
 
 ATOL = RTOL = 1e-4
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 
 
-def eager_leaves(model, inputs):
-    with torch.no_grad():
-        return get_leaf_tensors(model(**copy.deepcopy(inputs)))  # eager forward mutates caches in place
 
 
 def export(model, inputs, **config):

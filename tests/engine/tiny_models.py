@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import copy
+
 import torch
 import transformers as tf
 
@@ -36,6 +38,14 @@ class TinyModel:
 
 
 VOCAB = 96
+
+
+def eager_leaves(model: torch.nn.Module, inputs: dict) -> dict:
+    """Eager outputs as ``{leaf name: tensor}``; the inputs are copied (an eager forward mutates caches)."""
+    from engine import get_leaf_tensors
+
+    with torch.no_grad():
+        return get_leaf_tensors(model(**copy.deepcopy(inputs)))
 
 
 def _gen(seed: int) -> torch.Generator:
