@@ -37,6 +37,7 @@ from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 from engine.configs import ExecutorchConfig
 from engine.errors import ConfigError, ExportStageError, MissingDependencyError, require
 from engine.exporter_dynamo import DynamoExporter
+import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with other backends)
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches, register_fx_program_fix
 from engine.prepare import model_name, split_inputs
 from engine.pytree import iter_leaf_tensors
@@ -154,7 +155,9 @@ class ExecutorchExporter(DynamoExporter):
         # ── Stage 3: ExecuTorch patches (active during lowering) ─────────────────────────────────
         from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-        with apply_patches("executorch"):
+        # no_grad: lowering passes re-run ops, and a program updating a cache in place (StaticCache) would trip
+        # autograd's "leaf Variable that requires grad is used in an in-place operation" check
+        with apply_patches("executorch"), torch.no_grad():
             try:
                 edge = to_edge_transform_and_lower(
                     program,
@@ -390,11 +393,14 @@ def program_metadata(program: torch.export.ExportedProgram, traced_inputs: Mappi
         for (leaf, _), node in zip(leaves, placeholders)
     ]
     user_outputs = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    # inputs updated in place (a StaticCache) come back first among the method's outputs
+    mutated = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_INPUT_MUTATION]
     return {
         "format": META_FORMAT,
         "model": name,
         "backend": backend,
         "inputs": inputs,
+        "mutated_inputs": len(mutated),
         "outputs": _output_names(program.call_spec.out_spec, [isinstance(s.arg, TensorArgument) for s in user_outputs]),
     }
 

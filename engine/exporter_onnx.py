@@ -42,6 +42,7 @@ import torch.utils._pytree as pytree
 from engine.configs import OnnxConfig
 from engine.errors import ConfigError, ExportStageError, require
 from engine.exporter_dynamo import DynamoExporter
+import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with other backends)
 from engine.patches import apply_fx_node_fixes, apply_patches, register_fx_node_fix, register_patch
 from engine.prepare import model_name
 from engine.pytree import iter_leaf_tensors
@@ -251,8 +252,11 @@ def name_graph_io(model, input_names: list, output_names: list[str]) -> None:
     import onnx_ir as ir
 
     graph = model.graph
-    # inputs come as (leaf, placeholder name): torch.onnx keeps placeholder names and drops unused inputs
+    # inputs come as (leaf, placeholder name): torch.onnx keeps placeholder names (adding "_orig" to an input
+    # that is also returned as an output) and drops unused inputs
     by_placeholder = {v.name: v for v in graph.inputs}
+    by_placeholder.update({v.name.removesuffix("_orig"): v for v in graph.inputs if v.name.endswith("_orig")
+                           and v.name.removesuffix("_orig") not in by_placeholder})
     pairs = [(leaf, by_placeholder.get(placeholder)) for leaf, placeholder in (
         item if isinstance(item, tuple) else (item, None) for item in input_names)]
     if any(value is None for _, value in pairs) and not any(value is not None for _, value in pairs):
@@ -447,25 +451,6 @@ def _patch_registry_from_torchlib(original: Callable) -> Callable:
 # ── Stage 3: FX node fixes ──────────────────────────────────────────────────────────────────────────
 # `_fix_<pattern>(graph_module, node) -> bool`; True when the node was consumed. Dead code is removed after
 # each walk.
-
-
-@register_fx_node_fix("onnx")
-def _fix_is_all_true_as_all(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Make ``aten._is_all_true(x)`` an ``aten.all(x)``.
-
-    Pattern: a model checks a whole tensor before using it (LLaVA's ``special_image_mask`` check that the image
-    tokens match the features: ``torch.all(...)`` under ``torch.compiler`` guards); torch.export records the
-    check as ``aten._is_all_true``, which torchlib has no lowering for ("No ONNX function found for
-    aten._is_all_true"). Both return a 0-d bool tensor; ``aten.all`` lowers to a reduction.
-    TODO: upstream issue not found.
-    """
-    if node.op != "call_function" or node.target is not torch.ops.aten._is_all_true.default:
-        return False
-    with gm.graph.inserting_before(node):
-        replacement = gm.graph.call_function(torch.ops.aten.all.default, (node.args[0],))
-    replacement.meta.update(node.meta)
-    node.replace_all_uses_with(replacement)
-    return True
 
 
 @register_fx_node_fix("onnx")

@@ -94,6 +94,7 @@ def run_executorch(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Ten
     except Exception as e:
         raise ExportStageError("run", meta.get("model", "program"), e) from e
     names = meta["outputs"]
+    outputs = list(outputs)[meta.get("mutated_inputs", 0):]  # the updated inputs precede the outputs
     if len(outputs) != len(names):
         raise ExportStageError(
             "run", meta.get("model", "program"), RuntimeError(f"{len(outputs)} outputs for {len(names)} output names")

@@ -43,11 +43,24 @@ CASES = [(n, "dynamic") for n in MODELS] + [(n, "static") for n in DECODER_ONLY]
 CI_CROSS_BACKEND = {("llama", "dynamic"), ("llama", "static"), ("t5", "dynamic"), ("llava", "dynamic")}
 
 
+#: known failures, strict: a fix shows up as an unexpected pass
+KNOWN_FAILURES = {
+    ("llava", "dynamic", "executorch"): (
+        "ExecuTorch's edge verifier rejects the Python symbolic ops (sym_ite, ge, le) left in the LLaVA prefill "
+        "graph; TODO: rewrite them to executorch_prim ops in an FX node fix"
+    ),
+}
+
+
 def _params():
     for backend in ("dynamo", "onnx", "executorch"):
         for name, cache in CASES:
-            slow = backend != "dynamo" and (name, cache) not in CI_CROSS_BACKEND
-            yield pytest.param(name, cache, backend, id=f"{name}-{cache}-{backend}", marks=[pytest.mark.slow] if slow else [])
+            marks = []
+            if backend != "dynamo" and (name, cache) not in CI_CROSS_BACKEND:
+                marks.append(pytest.mark.slow)
+            if (name, cache, backend) in KNOWN_FAILURES:
+                marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[name, cache, backend]))
+            yield pytest.param(name, cache, backend, id=f"{name}-{cache}-{backend}", marks=marks)
 
 
 @pytest.mark.parametrize("name, cache, backend", list(_params()))

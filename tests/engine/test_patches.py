@@ -70,7 +70,7 @@ def test_patch_outside_its_version_range_is_not_applied(clean_registry):
         register_patch("onnx", "fake_target.op", requires={"torch": ">=2.0"})(lambda orig: lambda: "patched " + orig())
         with apply_patches("onnx") as applied:
             assert module.op() == "patched original"
-            assert len(applied) == 1
+            assert len([name for name in applied if name.endswith("@fake_target.op")]) == 1
         assert module.op() == "original"
     finally:
         del sys.modules["fake_target"]

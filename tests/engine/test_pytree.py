@@ -92,7 +92,7 @@ def _make_cache(cls, layers):
         # its __init__ queries the sub-caches' lengths: give it plain attention layers (the drawn layer
         # classes are exercised by every other cache class)
         def plain():
-            return _make_cache(DynamicCache, [_make_layer(cache_utils.DynamicLayer, lambda: layers[0].keys) for _ in layers])
+            return _make_cache(DynamicCache, [_make_layer(cache_utils.DynamicLayer, lambda: torch.zeros(1, 1, 2, 1)) for _ in layers])
 
         return cls(plain(), plain())
     cache = cls.__new__(cls)  # subclasses' own __init__ want configs/backends; the structure is Cache's
