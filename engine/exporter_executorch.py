@@ -40,7 +40,7 @@ from engine.exporter_dynamo import DynamoExporter
 import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with other backends)
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches, register_fx_program_fix
 from engine.prepare import model_name, split_inputs
-from engine.pytree import iter_leaf_tensors
+from engine.pytree import spec_leaf_names, iter_leaf_tensors
 from engine.shapes import SpecialisationWarning
 
 logger = logging.getLogger("engine")
@@ -401,7 +401,10 @@ def program_metadata(program: torch.export.ExportedProgram, traced_inputs: Mappi
         "backend": backend,
         "inputs": inputs,
         "mutated_inputs": len(mutated),
-        "outputs": _output_names(program.call_spec.out_spec, [isinstance(s.arg, TensorArgument) for s in user_outputs]),
+        "outputs": [
+            name if i < len(user_outputs) and isinstance(user_outputs[i].arg, TensorArgument) else None
+            for i, name in enumerate(spec_leaf_names(program.call_spec.out_spec))
+        ],
     }
 
 
@@ -422,18 +425,3 @@ def _warn_specialised_by_lowering(name: str, before: dict, after: dict) -> None:
         )
 
 
-def _output_names(out_spec, is_tensor: list[bool]) -> list[str | None]:
-    """The ``get_leaf_tensors`` name of each flat output (``None`` for non-tensor outputs).
-
-    The output treespec is unflattened with one marker tensor per leaf, whose value is its flat index, so
-    the names are exactly what ``get_leaf_tensors`` gives for the eager outputs (Cache pytrees included).
-    """
-    import torch.utils._pytree as pytree
-
-    markers = [torch.tensor(i) for i in range(out_spec.num_leaves)]
-    names: list[str | None] = [None] * out_spec.num_leaves
-    for leaf, marker in iter_leaf_tensors(pytree.tree_unflatten(markers, out_spec)):
-        i = int(marker)
-        if i < len(is_tensor) and is_tensor[i]:
-            names[i] = leaf
-    return names

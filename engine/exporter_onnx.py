@@ -37,7 +37,6 @@ from typing import Any
 
 import torch
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
-import torch.utils._pytree as pytree
 
 from engine.configs import OnnxConfig
 from engine.errors import ConfigError, ExportStageError, require
@@ -45,7 +44,7 @@ from engine.exporter_dynamo import DynamoExporter
 import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with other backends)
 from engine.patches import apply_fx_node_fixes, apply_patches, register_fx_node_fix, register_patch
 from engine.prepare import model_name
-from engine.pytree import iter_leaf_tensors
+from engine.pytree import spec_leaf_names
 
 logger = logging.getLogger("engine")
 
@@ -204,12 +203,6 @@ def check_output_path(path: str | os.PathLike | None) -> Path | None:
 
 # ─── Graph input/output naming ───────────────────────────────────────────────────────────────────
 
-def _leaf_names(spec: pytree.TreeSpec) -> list[str]:
-    """``get_leaf_tensors`` names of the tree ``spec`` describes, in flatten order (rebuilt from placeholders)."""
-    tree = pytree.tree_unflatten([torch.empty(0) for _ in range(spec.num_leaves)], spec)
-    return [name for name, _ in iter_leaf_tensors(tree)]
-
-
 def io_leaf_names(program: torch.export.ExportedProgram) -> tuple[list[str], list[str]]:
     """Leaf names of the program's inputs and outputs, read from its call spec: the same pytree flattening
     that orders the ONNX graph's inputs and outputs, so no eager forward is needed to name them.
@@ -217,16 +210,13 @@ def io_leaf_names(program: torch.export.ExportedProgram) -> tuple[list[str], lis
     Outputs that are constants (a ``None`` in a tuple of hidden states) are leaves of the spec but not graph
     outputs: torch.onnx drops them, so they get no name."""
     spec = program.call_spec
-    inputs = pytree.tree_unflatten([torch.empty(0) for _ in range(spec.in_spec.num_leaves)], spec.in_spec)
-    args, kwargs = inputs
-    input_names = [name for name, _ in iter_leaf_tensors(kwargs)]
-    if args:
-        input_names = [f"args.{n}" for n, _ in iter_leaf_tensors(list(args))] + input_names
+    # the in-spec is (args, kwargs): leaves are named "0.<i>..." and "1.<kwarg>..."; kwargs keep their own names
+    input_names = [name[2:] if name.startswith("1.") else f"args.{name[2:]}" for name in spec_leaf_names(spec.in_spec)]
     user_inputs = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
     if len(user_inputs) == len(input_names):  # placeholder names let unused inputs (pruned by torch.onnx) go
         input_names = [(n, s.arg.name) for n, s in zip(input_names, user_inputs) if isinstance(s.arg, TensorArgument)]
     user_outputs = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
-    output_names = _leaf_names(spec.out_spec)
+    output_names = spec_leaf_names(spec.out_spec)
     if len(user_outputs) == len(output_names):
         output_names = [n for n, s in zip(output_names, user_outputs) if isinstance(s.arg, TensorArgument)]
     return input_names, output_names

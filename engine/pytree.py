@@ -275,6 +275,24 @@ def get_leaf_tensors(obj: Any) -> dict[str, torch.Tensor]:
     return dict(iter_leaf_tensors(obj))
 
 
+def spec_leaf_names(spec: pytree.TreeSpec) -> list[str]:
+    """The ``get_leaf_tensors`` name of each flat leaf of ``spec`` (an exported program's in/out spec).
+
+    The spec is unflattened with one marker tensor per leaf, whose value is its flat index, so the names are
+    exactly what ``get_leaf_tensors`` gives for the real tree (cache pytrees included)."""
+    markers = [torch.tensor(i) for i in range(spec.num_leaves)]
+    names = [""] * spec.num_leaves
+    for name, marker in iter_leaf_tensors(pytree.tree_unflatten(markers, spec)):
+        names[int(marker)] = name
+    return names
+
+
+def pytree_attributes(obj: Any) -> list[tuple[str, Any]]:
+    """A cache object's pytree children with their attribute names (a Cache's ``layers`` list comes first)."""
+    values, (_, n_layers, attr_children, _) = _flatten(obj)
+    return list(zip(((_LAYERS,) if n_layers >= 0 else ()) + attr_children, values))
+
+
 def fill_leaves(template: Any, leaves: Mapping[str, torch.Tensor], prefix: str = "") -> Any:
     """Copy of ``template`` whose tensor leaves are taken from ``leaves`` by dotted name (``"0.keys"``...).
 

@@ -24,7 +24,7 @@ from torch.export import Dim
 from transformers import cache_utils
 from transformers.utils import ModelOutput
 
-from engine.pytree import _flatten, is_cache_object, iter_leaf_tensors
+from engine.pytree import is_cache_object, iter_leaf_tensors, pytree_attributes
 
 logger = logging.getLogger("engine")
 
@@ -41,7 +41,7 @@ def _is_custom_node(obj: Any) -> bool:
 def _pytree_children(obj: Any) -> list[Any] | None:
     """Children in the order torch.export pairs them with a dynamic-shapes spec."""
     if is_cache_object(obj):
-        return _flatten(obj)[0]
+        return [value for _, value in pytree_attributes(obj)]
     if isinstance(obj, Mapping):
         return list(obj.values())
     if isinstance(obj, (list, tuple)):
@@ -78,8 +78,7 @@ def auto_dynamic_shapes(inputs: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(value, tuple):
             return tuple(spec(v) for v in kids)
         if is_cache_object(value) and not isinstance(value, cache_utils.Cache):  # a layer: children by attribute
-            names = _flatten(value)[1][2]
-            return [_kv_spec(value, n, v) or spec(v) for n, v in zip(names, kids)]
+            return [_kv_spec(value, n, v) or spec(v) for n, v in pytree_attributes(value)]
         return [spec(v) for v in kids]
 
     return {name: spec(value) for name, value in inputs.items()}

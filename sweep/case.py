@@ -93,10 +93,9 @@ def _save_and_load(backend: str, artifact: Any, workdir: Path, enter: Callable[[
     elif backend == "onnx":
         artifact.save(str(path))
     else:
-        if hasattr(artifact, "save"):
-            artifact.save(str(path))
-        else:
-            artifact.write_to_file(open(path, "wb"))
+        from engine import ExecutorchExporter
+
+        ExecutorchExporter.save(artifact, path)
     enter("load")
     if backend == "dynamo":
         return torch.export.load(path)
