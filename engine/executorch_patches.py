@@ -7,6 +7,7 @@ pattern and the upstream issue. Imported by ``ExecutorchExporter.export``.
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 import torch
@@ -195,5 +196,18 @@ def _patch_conv1d_with_several_dynamic_dims(original):
     return check_constraints
 
 
+@register_patch("executorch", "executorch.exir.verification.verifier._EXECUTORCH_SYM_OPS", requires=_EXECUTORCH)
+def _patch_edge_verifier_python_sym_functions(original):
+    """Pattern: a data-dependent check on a tensor (``torch._check_tensor_all(mask.sum() * h == n)``, as
+    transformers' ``torch_compilable_check`` does for LLaVA's image tokens) leaves ``torch.sym_ite`` in the program
+    as part of a runtime assert. ``to_edge`` verifies the graph before ExecuTorch's own ``ReplaceSymSizeOpPass``
+    maps Python sym functions (``torch.sym_ite``, ``sym_not``, ``sym_max``, ...) to ``executorch_prim`` ops, and
+    the edge verifier admits no Python function but ``alloc`` (a bare ``AssertionError``). The verifier's set of
+    admitted sym ops gains exactly the functions that pass maps. TODO: upstream issue not found.
+    """
+    from executorch.exir.passes.executorch_prim_ops_registry import _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS
+
+    return set(original) | {op for op in _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS if isinstance(op, types.FunctionType)}
+
+
 # ── Stage 5: FX node fixes ────────────────────────────────────────────────────────────────────────
-# None needed so far by the test architectures.

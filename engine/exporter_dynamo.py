@@ -16,6 +16,7 @@ import torch
 
 from engine.configs import DynamoConfig
 from engine.errors import ExportStageError
+import engine.model_patches  # noqa: F401  (registers the model patches every exporter traces with)
 from engine.patches import apply_patches
 from engine.prepare import model_name, prepare_for_export
 from engine.pytree import register_pytree_nodes
@@ -95,7 +96,7 @@ class DynamoExporter:
             # ── Stage 4: Dynamic shapes ───────────────────────────────────────────────────────────
             dynamic_shapes = config.dynamic_shapes
             if dynamic_shapes is None and config.dynamic:
-                dynamic_shapes = auto_dynamic_shapes(inputs)
+                dynamic_shapes = auto_dynamic_shapes(inputs, getattr(model, "config", None))
 
             # ── Stage 5: Model state clean-up ─────────────────────────────────────────────────────
             # Attributes and buffers the trace leaves as FakeTensors are restored on exit.

@@ -392,6 +392,11 @@ def program_metadata(program: torch.export.ExportedProgram, traced_inputs: Mappi
         {"name": leaf, "dtype": str(node.meta["val"].dtype).removeprefix("torch."), "bounds": [_bounds(s, ranges) for s in node.meta["val"].shape]}
         for (leaf, _), node in zip(leaves, placeholders)
     ]
+    # non-tensor leaves of the inputs (a ModelOutput's None fields) stay inputs of the ExecuTorch method
+    from torch.export.graph_signature import ConstantArgument, InputKind
+
+    user_inputs = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    constants = [[i, s.arg.value] for i, s in enumerate(user_inputs) if isinstance(s.arg, ConstantArgument)]
     user_outputs = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
     # inputs updated in place (a StaticCache) come back first among the method's outputs
     mutated = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_INPUT_MUTATION]
@@ -400,6 +405,7 @@ def program_metadata(program: torch.export.ExportedProgram, traced_inputs: Mappi
         "model": name,
         "backend": backend,
         "inputs": inputs,
+        "constant_inputs": constants,
         "mutated_inputs": len(mutated),
         "outputs": [
             name if i < len(user_outputs) and isinstance(user_outputs[i].arg, TensorArgument) else None

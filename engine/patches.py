@@ -15,8 +15,11 @@ which pattern and, for upstream bugs, which upstream issue.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import importlib
+import sys
+import types
 import importlib.metadata as md
 import logging
 from collections.abc import Callable, Iterator
@@ -150,21 +153,32 @@ def swap_attributes(swaps: list[tuple[Any, str, Any]]) -> Iterator[None]:
                 setattr(owner, attr, original)
 
 
+def _model_module_loaded(path: str) -> bool:
+    parts = path.split(".")
+    if parts[:2] != ["transformers", "models"] or len(parts) < 4:
+        return True
+    return ".".join(parts[:4]) in sys.modules
+
+
 @contextlib.contextmanager
 def apply_patches(backend: str) -> Iterator[list[str]]:
     """Install every applicable patch of ``backend``; yields the names of those installed.
 
     Paths whose module is not importable (an optional package, a model removed upstream) are skipped
-    with a debug log: a patch for a model the installed transformers lacks has nothing to patch.
+    with a debug log: a patch for a model the installed transformers lacks has nothing to patch. A model
+    module (``transformers.models.x.modeling_x``) not imported yet is skipped too: no model of it can be
+    under export, and importing every patched model's module would slow every export down.
     """
     _check_backend(backend)
     swaps, names = [], []
     for patch in _PATCHES[backend]:
-        if not patch.applies():
+        if not patch.applies() or not _model_module_loaded(patch.path):
             continue
         try:
             owner, attr = resolve_dotted_path(patch.path)
-            original = getattr(owner, attr)
+            # a module global may shadow a builtin it does not define itself (restored by deletion on exit)
+            original = getattr(owner, attr) if hasattr(owner, attr) or not isinstance(owner, types.ModuleType) \
+                else getattr(builtins, attr)
         except (ImportError, AttributeError) as e:
             logger.debug("patch %s skipped: %s", patch.path, e)
             continue

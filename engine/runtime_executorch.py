@@ -51,7 +51,8 @@ def load_program(artifact: Any):
 
 
 def check_inputs(meta: dict, inputs: dict[str, Any]) -> list[torch.Tensor]:
-    """The input tensors in the program's order, cast to its dtypes; :class:`InputError` on any mismatch."""
+    """The method inputs in the program's order (tensors cast to its dtypes, constant leaves as traced);
+    :class:`InputError` on any mismatch."""
     model = meta.get("model", "program")
     given = get_leaf_tensors(inputs)
     expected = [spec["name"] for spec in meta["inputs"]]
@@ -82,6 +83,8 @@ def check_inputs(meta: dict, inputs: dict[str, Any]) -> list[torch.Tensor]:
                 raise InputError(f"{model}: input {name} is {tensor.dtype}, the program takes {dtype}")
             tensor = tensor.to(dtype)
         flat.append(tensor.detach().cpu().contiguous())
+    for position, value in meta.get("constant_inputs", ()):  # None leaves the trace kept as method inputs
+        flat.insert(position, value)
     return flat
 
 

@@ -25,6 +25,8 @@ STAGES = ("build", "eager", "export", "save", "load", "run", "compare")
 EXPORT_FORMATS = {"dynamo": "dynamo", "onnx": "onnx", "executorch": "executorch"}
 _ARTIFACT_SUFFIX = {"dynamo": ".pt2", "onnx": ".onnx", "executorch": ".pte"}
 SECOND_BATCH = 3
+GENERATE = "generate"  # the shapes label of a generation case
+GENERATE_TOKENS = 8
 
 
 class StageClock:
@@ -102,6 +104,35 @@ def _save_and_load(backend: str, artifact: Any, workdir: Path, enter: Callable[[
     return str(path)
 
 
+def generation_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The sample inputs as a prompt: generate() starts an encoder-decoder's decoder from its start token."""
+    return {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
+
+
+def _run_generation(spec: dict[str, Any], case: Any, enter: Callable[[str], None], result: dict[str, Any]) -> None:
+    """Greedy tokens of ``engine.generate`` over the exported components against eager ``generate``."""
+    from engine import AutoExporter, AutoExportConfig, generate
+
+    inputs = generation_inputs(case.inputs)
+    enter("eager")
+    with torch.no_grad():
+        expected = case.model.generate(**copy.deepcopy(inputs), do_sample=False, max_new_tokens=GENERATE_TOKENS)
+    enter("export")
+    config = AutoExportConfig.from_dict({"export_format": EXPORT_FORMATS[spec["backend"]], "dynamic": True})
+    components = AutoExporter.from_config(config).export_for_generation(case.model, inputs, config=config)
+    result["components"] = sorted(components)
+    enter("run")
+    got = generate(components, inputs, config=config, max_new_tokens=GENERATE_TOKENS)
+    enter("compare")
+    result["tokens"] = {"expected": expected.tolist(), "got": got.tolist()}
+    if got.shape != expected.shape or not torch.equal(got, expected):
+        differ = [(r, c) for r in range(min(len(got), len(expected))) for c in range(min(got.shape[-1], expected.shape[-1]))
+                  if got[r, c] != expected[r, c]]
+        where = f"first at row {differ[0][0]}, position {differ[0][1]}" if differ else f"shapes {tuple(got.shape)} vs {tuple(expected.shape)}"
+        result.update(status="discrepancy", stage="compare",
+                      error=f"generated tokens differ from eager greedy generate ({where})")
+
+
 @dataclass
 class LocalCase:
     """A model from a ``--model-module``: ``SWEEP_MODELS[name](seed) -> (model, inputs)``."""
@@ -142,6 +173,10 @@ def run_case(spec: dict[str, Any], progress: Callable[[str], None] = lambda stag
         shapes = [("traced", case.inputs)]
         if spec["shapes"] == "dynamic" and spec["backend"] != "eager":
             shapes.append(("second", second_shape(case.inputs)))
+
+        if spec["shapes"] == GENERATE:
+            _run_generation(spec, case, enter, result)
+            return result
 
         enter("eager")
         expected = {}

@@ -22,6 +22,7 @@ import pytest
 BACKENDS = ("eager", "dynamo", "onnx", "executorch")
 SHAPES = {"dynamic": ("dynamic",), "static": ("static",), "both": ("dynamic", "static")}
 STATUSES = ("pass", "discrepancy", "fail", "skip", "timeout", "crash")
+GENERATE = "generate"  # the shapes label of a generation case (sweep.case.GENERATE)
 DEFAULT_SKIPLISTS = Path(__file__).resolve().parent.parent / "skiplists"
 
 
@@ -45,6 +46,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run part I of N of the cases (deterministic by case id; join the parts with export-sweep merge)")
     group.addoption("--resume", action="store_true",
                     help="keep the row file and skip the cases it already has a row for (continue an interrupted sweep)")
+    group.addoption("--generate", action="store_true",
+                    help="also export each generative class for generation and compare engine.generate's greedy "
+                         "tokens with eager generate (cases Model-backend-generate)")
     group.addoption("--model-module", action="append", default=[],
                     help="import NAME and sweep the models in its SWEEP_MODELS dict {name: build(seed) -> (model, inputs)}")
 
@@ -62,6 +66,7 @@ class SweepSettings:
     skiplists: Any
     local_models: dict[str, str]  # model name -> module providing it (--model-module)
     shard: tuple[int, int] | None = None  # (i, n) of --shard i/n
+    generate: bool = False
     resume: bool = False
     done: set[str] = field(default_factory=set)  # --resume: case ids already in the row file
     rows: list[dict] = field(default_factory=list)  # controller side: rows seen this session
@@ -122,7 +127,7 @@ def _settings(config: pytest.Config) -> SweepSettings:
     except (SelectionError, SkiplistError) as e:
         raise pytest.UsageError(str(e)) from None
     return SweepSettings(backends, models, SHAPES[opt.shapes], opt.atol, opt.rtol, opt.case_timeout,
-                         Path(opt.report_dir), opt.run_skipped, skiplists, local, shard, opt.resume)
+                         Path(opt.report_dir), opt.run_skipped, skiplists, local, shard, opt.resume, opt.generate)
 
 
 def _local_models(modules: list[str]) -> dict[str, str]:
@@ -185,17 +190,33 @@ def pytest_configure_node(node) -> None:
 
 # ─── Collection ──────────────────────────────────────────────────────────────────────────────────
 
+#: the task mappings whose classes generate text (--generate adds a generation case for each)
+GENERATIVE_MAPPINGS = frozenset({"causal_lm", "seq_to_seq_causal_lm", "speech_seq_2_seq", "image_text_to_text", "multimodal_lm"})
+
+
+def _is_generative(model: str, settings: SweepSettings) -> bool:
+    if model in settings.local_models:
+        return False
+    from sweep.catalog import record
+
+    return bool(GENERATIVE_MAPPINGS.intersection(record(model).mappings))
+
+
 def _cases(settings: SweepSettings) -> list:
     params = []
     for model in settings.models:
+        generative = settings.generate and _is_generative(model, settings)
         for backend in settings.backends:
-            for shapes in settings.shapes if backend != "eager" else ("static",):
+            shapes_run = settings.shapes if backend != "eager" else ("static",)
+            if generative and backend != "eager":
+                shapes_run = (*shapes_run, GENERATE)
+            for shapes in shapes_run:
                 spec = {"model": model, "backend": backend, "shapes": shapes, "atol": settings.atol,
                         "rtol": settings.rtol, "seed": 0}
                 if model in settings.local_models:
                     spec["model_module"] = settings.local_models[model]
                 marks = [getattr(pytest.mark, backend)]
-                skip = settings.skiplists.find("export_skip", model, backend)
+                skip = settings.skiplists.find("generate_skip" if shapes == GENERATE else "export_skip", model, backend)
                 if skip is not None:
                     spec["skiplist"] = skip.describe()
                     if not settings.run_skipped:

@@ -44,12 +44,7 @@ CI_CROSS_BACKEND = {("llama", "dynamic"), ("llama", "static"), ("t5", "dynamic")
 
 
 #: known failures, strict: a fix shows up as an unexpected pass
-KNOWN_FAILURES = {
-    ("llava", "dynamic", "executorch"): (
-        "ExecuTorch's edge verifier rejects the Python symbolic ops (sym_ite, ge, le) left in the LLaVA prefill "
-        "graph; TODO: rewrite them to executorch_prim ops in an FX node fix"
-    ),
-}
+KNOWN_FAILURES: dict[tuple[str, str, str], str] = {}
 
 
 def _params():

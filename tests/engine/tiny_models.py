@@ -142,8 +142,8 @@ TINY_MODELS: dict[str, TinyModel] = {
         TinyModel(
             "vit",
             lambda: tf.ViTForImageClassification(tf.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, num_labels=3)),
+            # channels, height and width are the config's image_size: dynamic=True keeps them static
             lambda b, n, s: {"pixel_values": _pixels(b, s)},
-            fixed_dims=("pixel_values dim 1", "pixel_values dim 2", "pixel_values dim 3"),  # channels, position table
         ),
         TinyModel(
             "convnext",
@@ -166,7 +166,6 @@ TINY_MODELS: dict[str, TinyModel] = {
             ),
             # text count (batch) and image count (length // 2) vary independently
             lambda b, n, s: _text(b, n, s) | {"pixel_values": _pixels(max(n // 2, 2), s)},
-            fixed_dims=("pixel_values dim 1", "pixel_values dim 2", "pixel_values dim 3"),
         ),
     ]
 }
