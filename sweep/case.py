@@ -109,11 +109,28 @@ def generation_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
 
 
+def _set_decoder_start_token(model: torch.nn.Module, result: dict[str, Any]) -> None:
+    """Hub checkpoints ship a ``generation_config.json`` naming the decoder start token; a model built from a
+    config has none, and an encoder-decoder's ``generate()`` then refuses to start. Use the pad token (T5's
+    convention), else the bos token, and record the choice in the row."""
+    generation_config = getattr(model, "generation_config", None)
+    config = getattr(model, "config", None)
+    if generation_config is None or not getattr(config, "is_encoder_decoder", False):
+        return
+    if generation_config.decoder_start_token_id is not None or generation_config.bos_token_id is not None:
+        return
+    decoder = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    start = next((t for t in (getattr(decoder, "pad_token_id", None), getattr(config, "pad_token_id", None)) if t is not None), 0)
+    generation_config.decoder_start_token_id = start
+    result["note"] = f"no decoder start token configured: used {start} (the pad token, T5's convention)"
+
+
 def _run_generation(spec: dict[str, Any], case: Any, enter: Callable[[str], None], result: dict[str, Any]) -> None:
     """Greedy tokens of ``engine.generate`` over the exported components against eager ``generate``."""
     from engine import AutoExporter, AutoExportConfig, generate
 
     inputs = generation_inputs(case.inputs)
+    _set_decoder_start_token(case.model, result)
     enter("eager")
     with torch.no_grad():
         expected = case.model.generate(**copy.deepcopy(inputs), do_sample=False, max_new_tokens=GENERATE_TOKENS)

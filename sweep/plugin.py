@@ -127,7 +127,8 @@ def _settings(config: pytest.Config) -> SweepSettings:
     except (SelectionError, SkiplistError) as e:
         raise pytest.UsageError(str(e)) from None
     return SweepSettings(backends, models, SHAPES[opt.shapes], opt.atol, opt.rtol, opt.case_timeout,
-                         Path(opt.report_dir), opt.run_skipped, skiplists, local, shard, opt.resume, opt.generate)
+                         Path(opt.report_dir), opt.run_skipped, skiplists, local, shard=shard, resume=opt.resume,
+                         generate=opt.generate)
 
 
 def _local_models(modules: list[str]) -> dict[str, str]:

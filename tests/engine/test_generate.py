@@ -39,7 +39,7 @@ def generation_inputs(name: str, seed: int, cache: str, model) -> dict:
 
 CASES = [(n, "dynamic") for n in MODELS] + [(n, "static") for n in DECODER_ONLY]
 #: on ONNX and ExecuTorch, CI runs one model per family (each lowering takes a minute of CPU); the whole
-#: matrix runs by hand: ./dev test -m slow tests/engine/test_generate.py
+#: matrix runs by hand: ./dev unit -m slow tests/engine/test_generate.py
 CI_CROSS_BACKEND = {("llama", "dynamic"), ("llama", "static"), ("t5", "dynamic"), ("llava", "dynamic")}
 
 

@@ -137,3 +137,27 @@ def test_xdist_run_equals_serial_run(sweep, pytester):
     parallel = rows(pytester)
     assert sorted((r["case_id"], r["status"], r["stage"]) for r in parallel) == serial
     assert {r["worker"] for r in parallel} <= {"gw0", "gw1"}
+
+
+def test_generate_adds_a_case_per_generative_class_and_backend(sweep, pytester):
+    result = sweep("--collect-only", "-q", "--models=LlamaForCausalLM,BertForMaskedLM", "--backend=eager,dynamo", "--generate")
+    ids = [line.split("[")[1].rstrip("]") for line in result.outlines if "test_export[" in line]
+    assert sorted(ids) == sorted(["BertForMaskedLM-eager-static", "BertForMaskedLM-dynamo-dynamic", "LlamaForCausalLM-eager-static",
+                                  "LlamaForCausalLM-dynamo-dynamic", "LlamaForCausalLM-dynamo-generate"])
+    (pytester.path / "skiplists" / "generate_skip.yaml").write_text(textwrap.dedent("""\
+        - class: LlamaForCausalLM
+          backends: [dynamo]
+          reason: pretend its generate cannot be decomposed
+          todo: nothing, it is a test
+        """))
+    result = sweep("--models=LlamaForCausalLM", "--backend=dynamo", "--generate", "-k", "generate")
+    result.assert_outcomes(skipped=1)
+
+
+def test_generate_case_compares_greedy_tokens_with_eager(sweep, pytester):
+    result = sweep("--models=LlamaForCausalLM", "--backend=dynamo", "--generate", "-k", "generate")
+    result.assert_outcomes(passed=1)
+    (row,) = rows(pytester)
+    assert row["case_id"] == "LlamaForCausalLM-dynamo-generate" and row["status"] == "pass"
+    assert row["tokens"]["got"] == row["tokens"]["expected"]
+    assert {"prefill", "decode"} <= set(row["components"])
