@@ -164,6 +164,13 @@ class LocalCase:
         return sum(p.numel() for p in self.model.parameters())
 
 
+def _stand_in_exporter(path: str) -> Callable[[torch.nn.Module, dict, dict], Any]:
+    """``"module:function"``: an exporter measured by the same harness instead of the engine (the peer
+    comparison in ``bench/peer_sweep.py``); it takes ``(model, inputs, config_dict)``."""
+    module, _, function = path.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
 def _build(spec: dict[str, Any]):
     if spec.get("model_module"):
         model, inputs = importlib.import_module(spec["model_module"]).SWEEP_MODELS[spec["model"]](spec.get("seed", 0))
@@ -214,11 +221,15 @@ def run_case(spec: dict[str, Any], progress: Callable[[str], None] = lambda stag
             return result
 
         enter("export")
-        config = AutoExportConfig.from_dict(_config(spec))
-        artifact = AutoExporter.from_config(config).export(case.model, case.inputs, config=config)
+        if spec.get("exporter"):
+            artifact = _stand_in_exporter(spec["exporter"])(case.model, dict(case.inputs), _config(spec))
+        else:
+            config = AutoExportConfig.from_dict(_config(spec))
+            artifact = AutoExporter.from_config(config).export(case.model, case.inputs, config=config)
 
         with tempfile.TemporaryDirectory(prefix="sweep-") as tmp:
-            loaded = _save_and_load(spec["backend"], artifact, Path(tmp), enter)
+            # a stand-in exporter's artifact runs in memory (its own pytree registrations need not serialise)
+            loaded = artifact if spec.get("exporter") else _save_and_load(spec["backend"], artifact, Path(tmp), enter)
             diffs, worst = {}, None
             for label, inputs in shapes:
                 enter("run")
