@@ -30,6 +30,7 @@ class Node:
     fields: frozenset[str]
     derived_patterns: dict[str, list]  # per-layer lists __post_init__ derived (raw value None)
     channel_map: dict[int, int] = dataclasses.field(default_factory=dict)  # set by the shrinker
+    width_lists: set[str] = dataclasses.field(default_factory=set)  # lists the shrinker set to the tiny width
 
     def walk(self):
         yield self

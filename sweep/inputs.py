@@ -42,6 +42,8 @@ class Hints:
     frames: int | None = None  # audio frames the model asked for (a multiple of its window)
     tiles: int | None = None  # image tiles per sample (any-resolution layouts: (B, tiles, C, H, W))
     text_len: int = SEQ
+    samples: int | None = None  # waveform length the model asked for (a multiple of its hop)
+    text_width: int | None = None  # hidden size of the text model (some checks count features as numel)
 
 
 def forward_parameters(model: torch.nn.Module) -> dict[str, inspect.Parameter]:
@@ -61,6 +63,11 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
     wanted = _wanted(model, params)
     gen = torch.Generator().manual_seed(seed)
     ctx = m.Context(config=config, model=model, gen=gen, batch=BATCH, hints=hints, params=params)
+    if hints.text_width is None:
+        try:  # the width of inputs_embeds
+            hints.text_width = int(model.get_input_embeddings().weight.shape[-1])
+        except Exception:  # noqa: BLE001 - models without a token embedding
+            hints.text_width = None
 
     base: dict[str, Any] = {}
     for name in sorted(wanted, key=_priority):
@@ -71,8 +78,12 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
         if value is not None:
             base[name] = value
     for name, value in ctx.made.items():  # companions a recipe made on the way (image_grid_thw)
-        if name in params and name not in base and name not in NEVER:
+        if name in params and name not in base and name not in NEVER and not (
+                "inputs" in base and name in GENERIC_ALTERNATIVES):  # Perceiver: `inputs` or the named input
             base[name] = value
+    if "inputs" in base:  # Perceiver: `inputs` replaces the named inputs
+        for name in GENERIC_ALTERNATIVES:
+            base.pop(name, None)
     variants = [base]
     variants += [{**base, **update} for update in m.alternative_layouts(ctx, base)]
     missing = [n for n in _required(params) if n not in base and n not in NEVER]
@@ -81,6 +92,8 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
             v.update(m.fallback(ctx, missing))
     return variants
 
+
+GENERIC_ALTERNATIVES = ("input_ids", "pixel_values", "input_values")
 
 # Inputs whose shapes others depend on come first (the image grid decides how many placeholder ids the text has).
 FIRST = ("pixel_values", "hidden_states", "inputs", "input_features", "input_values", "past_values", "input_ids", "decoder_input_ids")
@@ -101,6 +114,8 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
         if f"{modality}_config" in getattr(type(config), "sub_configs", {}) and getattr(
                 config, f"{modality}_config", None) is None:
             modalities.discard("image" if modality == "vision" else "audio")
+    if {"image", "text"} <= modalities and "input_ids" in params and "input_ids" not in names:
+        names.append("input_ids")  # image-first models that read text too (Kosmos-2)
     for name in params:
         if name in ("mm_token_type_ids", "pixel_attention_mask", "target_sizes") and "pixel_values" in names:
             names.append(name)
@@ -132,6 +147,7 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
 _PLACEHOLDERS = re.compile(r"(image|audio|video)?\s*(?:features|embeddings)? and (?:\w+ )?tokens do not match\W*"
                            r"tokens:?\s*(\d+)\D{1,40}?features:?\s*(\d+)", re.IGNORECASE | re.DOTALL)
 _MULTIPLE = re.compile(r"feature_length` to be a multiple of .{0,40}?\((\d+)\), but got (\d+)")
+_SAMPLES = re.compile(r"input_values`? length (\d+) is not a multiple of (\d+)")
 _TILES = re.compile(r"split_with_sizes expects split_sizes to sum exactly to \d+ \(input tensor's size at dimension "
                     r"0\), but got split_sizes=\[(\d+)")
 _NORMALIZED = re.compile(r"normalized_shape=\[(\d+)\], expected input with shape \[\*, \1\], but got input of "
@@ -144,8 +160,14 @@ def refine_hints(hints: Hints, exc: BaseException) -> bool:
     found = _PLACEHOLDERS.search(message)
     if found:
         modality = (found.group(1) or "image").lower()
-        per_row = max(1, int(found.group(3)) // BATCH)
+        tokens, features = int(found.group(2)), int(found.group(3))
+        per_row = max(1, features // BATCH)
         field = "audio_tokens" if modality == "audio" else "image_tokens"
+        width = hints.text_width
+        if (getattr(hints, field) == per_row and tokens == features and width
+                and features % (width * BATCH) == 0):
+            # the count matched and the check still failed: "features" was the feature tensor's numel
+            per_row = features // (width * BATCH)
         if getattr(hints, field) != per_row:
             setattr(hints, field, per_row)
             return True
@@ -156,6 +178,13 @@ def refine_hints(hints: Hints, exc: BaseException) -> bool:
         frames = max(multiple, (got + multiple - 1) // multiple * multiple)
         if hints.frames != frames:
             hints.frames = frames
+            return True
+    found = _SAMPLES.search(message)
+    if found:
+        got, multiple = int(found.group(1)), int(found.group(2))
+        samples = max(multiple, (got + multiple - 1) // multiple * multiple)
+        if hints.samples != samples:
+            hints.samples = samples
             return True
     found = _TILES.search(message)
     if found and hints.tiles != int(found.group(1)):

@@ -18,7 +18,9 @@ SEQ = 8
 WAVEFORM = 8000
 AUDIO_FRAMES = 64
 
-ALWAYS_WITH_IDS = ("attention_mask", "bbox", "decoder_input_ids")
+ALWAYS_WITH_IDS = ("attention_mask", "bbox", "decoder_input_ids", "visual_feats", "visual_pos",
+                   "image_embeds_position_mask")
+REGIONS = 4  # detected image regions for models fed region features (LXMERT)
 WITH_FEATURES = ("input_features_mask", "feature_attention_mask", "input_features_attention_mask")
 MODALITY_INPUTS = {
     "image": ("pixel_values",),
@@ -150,6 +152,17 @@ def _insert(ids: torch.Tensor, token: int, count: int) -> torch.Tensor:
     return torch.cat([ids[:, :1], placeholder, ids[:, 1:]], dim=1)
 
 
+def image_embeds_position_mask(ctx: Context) -> torch.Tensor | None:
+    """Kosmos-2: 1 where the image's latent queries replace text embeddings, right after the first token."""
+    ids = ctx.made.get("input_ids")
+    if ids is None:
+        return None
+    count = int(ctx.find("latent_query_num", default=1))
+    mask = torch.zeros_like(ids)
+    mask[:, 1:1 + count] = 1
+    return mask
+
+
 def mm_token_type_ids(ctx: Context) -> torch.Tensor | None:
     """1 where an image placeholder sits (Qwen-VL style multimodal RoPE), 0 elsewhere."""
     ids = ctx.made.get("input_ids")
@@ -204,6 +217,16 @@ def bbox(ctx: Context) -> torch.Tensor:
     return corners.reshape(ctx.batch, length, 4)  # (x0, y0, x1, y1) with x0 <= x1, y0 <= y1
 
 
+def visual_feats(ctx: Context) -> torch.Tensor:
+    """Region features of an object detector: (B, regions, visual_feat_dim)."""
+    return ctx.floats(ctx.batch, REGIONS, int(ctx.find("visual_feat_dim", default=2048)))
+
+
+def visual_pos(ctx: Context) -> torch.Tensor:
+    """Normalised region boxes: (B, regions, visual_pos_dim) in [0, 1]."""
+    return torch.rand(ctx.batch, REGIONS, int(ctx.find("visual_pos_dim", default=4)), generator=ctx.gen)
+
+
 # -- vision ---------------------------------------------------------------------------------------------------
 
 
@@ -240,7 +263,7 @@ def _video_frames(ctx: Context) -> int | None:
 def _patchified_pixels(ctx: Context, c: int, h: int, w: int) -> torch.Tensor:
     """Qwen-VL style: (sum of t*h*w patches, C * temporal_patch * patch * patch) plus ``image_grid_thw``."""
     patch = ctx.find("patch_size", default=14)
-    temporal = ctx.find("temporal_patch_size", default=1)
+    temporal = ctx.find("temporal_patch_size", "patch_temporal", default=1)
     gh, gw = h // patch, w // patch
     grid = torch.tensor([[1, gh, gw]] * ctx.batch)
     ctx.made["image_grid_thw"] = ctx.made["grid_thw"] = grid
@@ -338,6 +361,13 @@ def features_mask(ctx: Context) -> torch.Tensor | None:
 
 def generic_inputs(ctx: Context) -> torch.Tensor:
     """Models whose main input is just ``inputs`` (Perceiver): by the modality the class declares."""
+    base = getattr(ctx.model, "perceiver", ctx.model)
+    if hasattr(base, "input_preprocessor"):  # the preprocessor decides the input: none means ready embeddings
+        kind = type(base.input_preprocessor).__name__.lower()
+        if base.input_preprocessor is None:
+            return ctx.floats(ctx.batch, SEQ, int(ctx.find("d_model", "hidden_size", default=32)))
+        if "text" in kind:
+            return input_ids(ctx)
     modalities = tuple(getattr(ctx.model, "input_modalities", ()) or ())
     if "image" in modalities:
         return pixel_values(ctx)
@@ -352,9 +382,15 @@ def _mel_sequence(ctx: Context) -> torch.Tensor:
 
 
 def input_values(ctx: Context) -> torch.Tensor:
-    values = ctx.floats(ctx.batch, WAVEFORM)
+    values = ctx.floats(ctx.batch, ctx.hints.samples or WAVEFORM)
     ctx.made["input_values"] = values
     return values
+
+
+def latents(ctx: Context) -> torch.Tensor:
+    """Codec decoders' continuous latents: (B, hidden, frames)."""
+    width = ctx.find("hidden_size", "latent_dim", "dimension", default=32)
+    return ctx.floats(ctx.batch, int(width), 4)
 
 
 def alternative_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, Any]]:
@@ -376,12 +412,25 @@ def alternative_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, An
         tiled = {"pixel_values": base["pixel_values"][:, None]}  # (B, tiles=1, C, H, W) layouts
         if "pixel_attention_mask" in base:
             tiled["pixel_attention_mask"] = base["pixel_attention_mask"][:, None]
+        if "image_attention_mask" in ctx.params and isinstance(base.get("input_ids"), torch.Tensor):
+            ids = base["input_ids"]  # IDEFICS: which of the images each text token attends to, (B, S, images)
+            tiled["image_attention_mask"] = torch.ones(*ids.shape, 1, dtype=torch.long)
         out.append(tiled)
-    grid = base.get("image_grid_thw")
+    if "target_sizes" in ctx.params and isinstance(base.get("pixel_values"), torch.Tensor) and base[
+            "pixel_values"].dim() == 4:  # NaViT packing (MiniCPM-V): every image's patches side by side, (1, C, P, N*P)
+        b, c, h, w = base["pixel_values"].shape
+        patch = ctx.find("patch_size", default=14)
+        patch = patch[0] if isinstance(patch, (list, tuple)) else patch
+        out.append({"pixel_values": ctx.floats(1, c, patch, b * (h // patch) * (w // patch) * patch)})
+    grid = base.get("image_grid_thw", base.get("grid_thw"))
     if isinstance(grid, torch.Tensor) and isinstance(base.get("pixel_values"), torch.Tensor):
         x = base["pixel_values"]
         if x.dim() == 2 and x.shape[0] % ctx.batch == 0:  # patches grouped per image: (B, patches, dim)
             out.append({"pixel_values": x.view(ctx.batch, -1, x.shape[-1])})
+        patch = ctx.find("patch_size", default=14)
+        channels = _channels(ctx)
+        if x.dim() == 2 and isinstance(patch, int) and x.shape[1] == channels * patch * patch:
+            out.append({"pixel_values": x.view(-1, channels, patch, patch)})  # one image per patch (Kimi-K2.5)
     if "image_sizes" in ctx.params and "pixel_values" in base and "image_sizes" not in base:
         out.append({"image_sizes": image_sizes(ctx)})  # any-resolution models (LLaVA-NeXT)
     text = {k: v for k, v in base.items() if k in CHOICE_INPUTS and isinstance(v, torch.Tensor) and v.dim() == 2}
@@ -490,6 +539,8 @@ RECIPES: dict[str, Callable[[Context], Any]] = {
     "decoder_input_ids": decoder_input_ids,
     "decoder_attention_mask": decoder_attention_mask,
     "bbox": bbox,
+    "visual_feats": visual_feats,
+    "visual_pos": visual_pos,
     "pixel_values": pixel_values,
     "image_grid_thw": image_grid_thw,
     "grid_thw": lambda ctx: ctx.made.get("grid_thw"),
@@ -497,6 +548,7 @@ RECIPES: dict[str, Callable[[Context], Any]] = {
     "pixel_attention_mask": pixel_attention_mask,
     "pixel_values_videos": pixel_values_videos,
     "mm_token_type_ids": mm_token_type_ids,
+    "image_embeds_position_mask": image_embeds_position_mask,
     "target_sizes": lambda ctx: _patch_grid(ctx),
     "inputs": lambda ctx: generic_inputs(ctx),
     "audio_mel": lambda ctx: _mel_sequence(ctx),
@@ -507,6 +559,7 @@ RECIPES: dict[str, Callable[[Context], Any]] = {
     "image_sizes": image_sizes,
     "input_features": input_features,
     "input_values": input_values,
+    "latents": latents,
     **{name: features_mask for name in WITH_FEATURES},
     "past_values": past_values,
     "past_observed_mask": past_observed_mask,

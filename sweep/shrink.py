@@ -64,7 +64,7 @@ BUDGET_PROFILES: tuple[Profile, ...] = (
 # Names of config fields, grouped by what they mean. Transformers' configs share these names across families.
 
 PRIMARY_WIDTHS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "d_embed", "hidden_dim", "n_embed",
-                  "model_dim", "width")
+                  "model_dim", "width", "d_latents")
 WIDTH_WORDS = ("hidden", "size", "dim", "embd", "embed", "d_model", "width", "channels", "proj")
 NOT_WIDTH_WORDS = ("intermediate", "ffn", "head_dim", "vocab", "position", "image", "patch", "max_", "num_",
                    "layers", "window", "kernel", "stride", "bucket", "chunk", "length", "sample", "mel", "rank",
@@ -84,7 +84,7 @@ HEAD_COUNTS = ("num_attention_heads", "n_head", "num_heads", "encoder_attention_
                "encoder_num_attention_heads", "decoder_num_attention_heads", "num_self_attention_heads",
                "num_cross_attention_heads", "n_attention_heads")
 KV_HEAD_COUNTS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "num_key_value_groups", "n_kv_heads",
-                  "multi_query_group_num", "kv_heads")
+                  "multi_query_group_num", "kv_heads", "num_key_value_attention_heads")
 HEAD_DIMS = ("head_dim", "attention_head_dim", "d_kv", "kv_channels", "head_size", "attention_head_size",
              "key_value_head_dim")
 EXPERT_COUNTS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts", "n_experts",
@@ -97,6 +97,9 @@ GROUP_COUNTS = ("n_group", "topk_group", "num_expert_groups", "num_groups_for_ro
 STATE_SIZES = ("state_size", "d_state", "ssm_state_size", "mamba_d_state", "d_conv_state")
 SMALL_STATE = 16
 FRAME_COUNTS = ("num_frames", "frames_per_clip")
+# Object queries: two-stage detectors pick the top-k encoder tokens, which a tiny image has fewer of than 300.
+QUERY_COUNTS = ("num_queries",)
+MAX_QUERIES = 16
 MAX_FRAMES = 4
 LOW_RANKS = ("q_lora_rank", "kv_lora_rank", "o_lora_rank", "time_step_rank")
 ROPE_HEAD_DIMS = ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "qk_head_dim")
@@ -233,6 +236,8 @@ def min_layers(node: Node, profile: Profile, old_layers: int) -> int:
     for key, value in node.args.items():
         if isinstance(value, (list, tuple)) and len(value) == old_layers and old_layers > 1 and not _int_list(value):
             need = max(need, len({_hashable(v) for v in value}))
+        if key in DEPTH_LISTS and _int_list(value) and len(value) == old_layers:
+            need = max(need, old_layers)  # the "layers" are stages, one entry of each per-stage list each
         if key in LAYER_INDEX_FIELDS:
             values = value if isinstance(value, (list, tuple)) else [value]
             flat = [v for v in values if _is_int(v)]
@@ -339,6 +344,7 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
             args[key] = max(2, (value * new_head_dim // old_head_dim) // 2 * 2)
 
     # Widths: every width-like int equal to a model width becomes the tiny width.
+    before_widths = {k: v for k, v in args.items() if _is_int(v) and v > 0}
     for key, value in list(args.items()):
         if not _is_int(value) or value <= 0:
             continue
@@ -347,6 +353,33 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
                 args[key] = new_width
         elif _is_intermediate_name(key) and value > profile.intermediate:
             args[key] = profile.intermediate
+    # Feature dims equal to a width this node just shrank (Mimi's codebook_dim = its VQ hidden dimension).
+    shrunk = {before: args[k] for k, before in before_widths.items() if args.get(k) != before}
+    for key, value in list(args.items()):
+        if (_is_int(value) and value in shrunk and key.endswith(("_dim", "_dimension")) and key not in HEAD_DIMS
+                and key not in ROPE_HEAD_DIMS and "head" not in key and not _is_intermediate_name(key)):
+            args[key] = shrunk[value]
+    # 2-D layout embeddings (LayoutLMv3): 4 coordinate embeddings and 2 shape embeddings concatenate to the width.
+    width = primary_width(node)
+    if _is_int(args.get("coordinate_size")) and _is_int(args.get("shape_size")) and width:
+        shape = max(1, width // 6)
+        while (width - 2 * shape) % 4:
+            shape += 1
+        args["shape_size"], args["coordinate_size"] = shape, (width - 2 * shape) // 4
+    # SEANet codecs double num_filters at every up/downsampling stage: the base count stays small.
+    if _is_int(args.get("num_filters")) and args["num_filters"] > profile.min_channel:
+        args["num_filters"] = profile.min_channel
+    # Depthwise convolutions over the width (Mimi's upsample_groups = hidden_size) keep groups == channels.
+    for key, value in list(args.items()):
+        if (key.endswith("groups") and key not in GROUP_COUNTS and _is_int(value) and value > new_width
+                and (value in widths or value == old_width)):
+            args[key] = new_width
+    # Uniform lists of a model width (a detector's decoder_in_channels = [hidden] * levels) follow the width.
+    for key, value in list(args.items()):
+        if (_int_list(value) and len(set(value)) == 1 and value[0] in widths and value[0] > new_width
+                and key not in CHANNEL_LISTS and any(w in key.lower() for w in ("channel", "hidden", "dim"))):
+            args[key] = type(value)(new_width for _ in value)
+            node.width_lists.add(key)
 
     # Layer counts, never below what layer types and layer indices need.
     old_layers = next((args[k] for k in LAYER_COUNTS if _is_int(args.get(k)) and args[k] > 0), None)
@@ -359,8 +392,9 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
         for key, value in list(args.items()):
             if isinstance(value, (list, tuple)) and len(value) == old_layers and old_layers > target and key not in CHANNEL_LISTS:
                 args[key] = type(value)(_resample_pattern(list(value), target))
-        for key, pattern in node.derived_patterns.items():
-            if args.get(key) is None and len(pattern) == old_layers:
+        for key, pattern in node.derived_patterns.items():  # per-layer counts and indices are re-derived
+            counts = _int_list(pattern) and not set(pattern) <= {0, 1}  # 0/1 flags are a layer pattern
+            if args.get(key) is None and len(pattern) == old_layers and not counts:
                 args[key] = _resample_pattern(list(pattern), target)
         _remap_layer_indices(node, old_layers, target)
 
@@ -383,6 +417,9 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
     for key in GROUP_COUNTS:
         if _is_int(args.get(key)) and args[key] > 1:
             args[key] = 1
+    for key in QUERY_COUNTS:
+        if _is_int(args.get(key)) and args[key] > MAX_QUERIES:
+            args[key] = MAX_QUERIES
     for key in FRAME_COUNTS:
         if _is_int(args.get(key)) and args[key] > MAX_FRAMES:
             args[key] = MAX_FRAMES
@@ -423,7 +460,7 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
 
 # Tokens per image: as many as patches (PaliGemma) or fewer after pooling (Gemma3): the ratio is kept.
 IMAGE_TOKEN_COUNTS = ("mm_tokens_per_image", "image_seq_length", "num_image_tokens", "image_token_count",
-                      "tokens_per_image", "num_image_embeds")
+                      "tokens_per_image", "num_image_embeds", "latent_query_num")
 
 
 def image_patches(root: Node) -> int | None:
@@ -478,6 +515,25 @@ def _scale_image_token_counts(root: Node, old: int | None, new: int | None) -> N
                 side = math.isqrt(new)
                 scaled = max(d for d in range(1, side + 1) if side % d == 0 and d * d <= scaled) ** 2
             node.args[key] = scaled
+
+
+def _clamp_tower_layer_indices(root: Node) -> None:
+    """Layer indices in a config without layers of its own (VipLLaVA's ``vision_feature_layers``) index its
+    vision tower's layers: they are clamped into the shrunk tower (repeats are fine, features are concatenated)."""
+    for node in root.walk():
+        if any(_is_int(node.args.get(k)) for k in LAYER_COUNTS):
+            continue
+        tower = node.children.get("vision_config")
+        layers = next((tower.args[k] for k in LAYER_COUNTS if tower and _is_int(tower.args.get(k))), None)
+        if not layers:
+            continue
+        for key in LAYER_INDEX_FIELDS:
+            value = node.args.get(key)
+            values = list(value) if isinstance(value, (list, tuple)) else [value]
+            if not values or not all(_is_int(v) for v in values):
+                continue
+            new = [max(v, -layers) if v < 0 else min(v, layers - 1) for v in values]
+            node.args[key] = type(value)(new) if isinstance(value, (list, tuple)) else new[0]
 
 
 def _keep_state_space_product(node: Node, heads: int) -> None:
@@ -601,7 +657,12 @@ def _follow_channel_maps(root: Node) -> None:
             if not mapping:
                 continue
             for key, value in list(node.args.items()):
-                if key in CHANNEL_LISTS or not _int_list(value) or not all(v in mapping for v in value):
+                if _is_int(value) and value in mapping and "feat" in key and any(
+                        w in key for w in ("dim", "channel")):  # one backbone stage's channels (x4_feat_dim)
+                    node.args[key] = mapping[value]
+                    continue
+                if key in CHANNEL_LISTS or key in node.width_lists or not _int_list(value) or not all(
+                        v in mapping for v in value):
                     continue
                 if any(w in key.lower() for w in ("channel", "hidden", "dim", "size")):
                     node.args[key] = type(value)(mapping[v] for v in value)
@@ -650,6 +711,7 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
     _follow_channel_maps(root)
     _scale_pinpoints(root, old_side, image_side(root))
     _fill_unset_placeholder_ids(root, profile, token_map)
+    _clamp_tower_layer_indices(root)
     for node in root.walk():  # exact values the modeling code asked for, after the generic rescaling
         for key, value in (implicit_defaults or {}).items():
             if key in node.fields and isinstance(value, dict) and (node.args.get(key) or "rope" in key):
@@ -690,9 +752,32 @@ def build_with_repairs(root: Node):
             return build_config(root)
         except Exception as exc:  # noqa: BLE001 - parsed below; re-raised when no repair applies
             last = exc
-            if not _repair_equality(root, str(exc)):
+            if not (_repair_equality(root, str(exc)) or _repair_layer_index(root, str(exc))):
                 raise
     raise last  # type: ignore[misc]
+
+
+# "`adapter_config.vision_feature_layer` [24, 18] must index the 2 layers of `vision_config`": the indices move
+# onto the remaining layers, in order (a layer-index field in a config that has no layer count of its own).
+_LAYER_INDEX = re.compile(r"`([\w.]+)`\s*\[([-\d, ]+)\]\s*must index the (\d+) layers")
+
+
+def _repair_layer_index(root: Node, message: str) -> bool:
+    found = _LAYER_INDEX.search(message)
+    if not found:
+        return False
+    node, key = _resolve(root, found.group(1))
+    layers = int(found.group(3))
+    values = [int(v) for v in found.group(2).split(",")]
+    if node is None or layers <= 0:
+        return False
+    order = sorted(set(values))
+    mapping = {old: max(0, layers - len(order) + i) for i, old in enumerate(order)}
+    new = [mapping[v] if v >= 0 else max(v, -layers) for v in values]
+    if node.args.get(key) == new:
+        return False
+    node.args[key] = new
+    return True
 
 
 def _repair_equality(root: Node, message: str) -> bool:
