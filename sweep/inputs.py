@@ -114,8 +114,9 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
         if f"{modality}_config" in getattr(type(config), "sub_configs", {}) and getattr(
                 config, f"{modality}_config", None) is None:
             modalities.discard("image" if modality == "vision" else "audio")
-    if {"image", "text"} <= modalities and "input_ids" in params and "input_ids" not in names:
-        names.append("input_ids")  # image-first models that read text too (Kosmos-2)
+    if ("text" in modalities and modalities & {"image", "video"} and "input_ids" in params
+            and "input_ids" not in names):
+        names.append("input_ids")  # image-first models that read text too (Kosmos-2, InstructBLIP-Video)
     for name in params:
         if name in ("mm_token_type_ids", "pixel_attention_mask", "target_sizes") and "pixel_values" in names:
             names.append(name)
@@ -154,9 +155,24 @@ _NORMALIZED = re.compile(r"normalized_shape=\[(\d+)\], expected input with shape
                          r"size\s*\[(\d+), (\d+), (\d+)\]")
 
 
-def refine_hints(hints: Hints, exc: BaseException) -> bool:
+_SIZE_AT_LAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at "
+                           r"non-singleton dimension 2")
+_MATMUL = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
+
+
+def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None = None) -> bool:
     """Learn from a model's own check what the inputs must look like; True when a hint changed."""
     message = str(exc)
+    found = _MATMUL.search(message)
+    features = (candidate or {}).get("input_features")
+    size = _SIZE_AT_LAST.search(message)
+    if isinstance(features, torch.Tensor) and features.dim() == 3 and (found or size):
+        got, wanted = (int(found.group(2)), int(found.group(3))) if found else (int(size.group(1)),
+                                                                                 int(size.group(2)))
+        # the audio features' last dimension feeds the first Linear (stacked frames): (B, T, wanted)
+        if features.shape[-1] == got and got != wanted and hints.feature_dim != wanted:
+            hints.feature_dim = wanted
+            return True
     found = _PLACEHOLDERS.search(message)
     if found:
         modality = (found.group(1) or "image").lower()

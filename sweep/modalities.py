@@ -104,7 +104,10 @@ def _vocab(ctx: Context, decoder: bool = False) -> int:
 
 
 def _image_token_id(ctx: Context) -> int | None:
-    return ctx.find("image_token_id", "image_token_index")
+    found = ctx.find("image_token_id", "image_token_index")
+    if found is None and "video" in (getattr(ctx.model, "input_modalities", ()) or ()):
+        found = ctx.find("video_token_id", "video_token_index")  # clips passed as pixel_values (InstructBLIP-Video)
+    return found
 
 
 def _image_side(ctx: Context) -> tuple[int, int]:
@@ -356,7 +359,10 @@ def input_features(ctx: Context) -> torch.Tensor:
 
 def features_mask(ctx: Context) -> torch.Tensor | None:
     x = ctx.made.get("input_features")
-    return None if x is None else torch.ones(x.shape[0], x.shape[-1], dtype=torch.long)
+    if x is None:
+        return None
+    frames = x.shape[1] if ctx.hints.feature_dim else x.shape[-1]  # (B, T, F) once the model named F
+    return torch.ones(x.shape[0], frames, dtype=torch.long)
 
 
 def generic_inputs(ctx: Context) -> torch.Tensor:
@@ -416,6 +422,11 @@ def alternative_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, An
             ids = base["input_ids"]  # IDEFICS: which of the images each text token attends to, (B, S, images)
             tiled["image_attention_mask"] = torch.ones(*ids.shape, 1, dtype=torch.long)
         out.append(tiled)
+        x = base["pixel_values"]  # image pairs (keypoint matching): (B, 2, C, H, W)
+        out.append({"pixel_values": torch.stack([x, x.flip(-1)], dim=1)})
+        frames = ctx.find("num_frames")
+        if isinstance(frames, int) and frames > 1 and "pixel_values_videos" not in ctx.params:
+            out.append({"pixel_values": base["pixel_values"][:, None].repeat(1, frames, 1, 1, 1)})  # a clip
     if "target_sizes" in ctx.params and isinstance(base.get("pixel_values"), torch.Tensor) and base[
             "pixel_values"].dim() == 4:  # NaViT packing (MiniCPM-V): every image's patches side by side, (1, C, P, N*P)
         b, c, h, w = base["pixel_values"].shape

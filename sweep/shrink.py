@@ -100,6 +100,8 @@ FRAME_COUNTS = ("num_frames", "frames_per_clip")
 # Object queries: two-stage detectors pick the top-k encoder tokens, which a tiny image has fewer of than 300.
 QUERY_COUNTS = ("num_queries",)
 MAX_QUERIES = 16
+MAX_KEYPOINTS = 32
+MAX_SINKHORN = 10
 MAX_FRAMES = 4
 LOW_RANKS = ("q_lora_rank", "kv_lora_rank", "o_lora_rank", "time_step_rank")
 ROPE_HEAD_DIMS = ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "qk_head_dim")
@@ -322,7 +324,9 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
             old_heads = old_heads or args[key]
             args[key] = min(args[key], profile.heads)
     heads = min(old_heads, profile.heads) if old_heads else profile.heads
-    for key in KV_HEAD_COUNTS:
+    kv_keys = list(KV_HEAD_COUNTS) + [k for k in args if k.endswith(("_key_value_heads", "_kv_heads"))
+                                      and k not in KV_HEAD_COUNTS]  # per-attention-kind counts (swa_*)
+    for key in kv_keys:
         value = args.get(key)
         if value is None and key in node.fields and old_heads and key == "num_key_value_heads":
             args[key] = heads  # None means one kv head per head; some models do not fill it in
@@ -334,7 +338,9 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
         old_head_dim = args.get("head_dim") if _is_int(args.get("head_dim")) else old_width // old_heads
     new_head_dim = max(4, new_width // heads)
     for key, value in list(args.items()):
-        if key in HEAD_DIMS and (_is_int(value) or value is None) and key in node.fields:
+        kind_head_dim = (key.endswith("_head_dim") and key not in ROPE_HEAD_DIMS and "rope" not in key
+                         and _is_int(value) and old_head_dim and value == old_head_dim)  # swa_head_dim
+        if (key in HEAD_DIMS or kind_head_dim) and (_is_int(value) or value is None) and key in node.fields:
             if _is_int(value) and value > 0 or (value is None and key == "head_dim" and old_heads):
                 args[key] = new_head_dim
     # Rotary dims stay the same share of the head dim (and even).
@@ -420,6 +426,11 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
     for key in QUERY_COUNTS:
         if _is_int(args.get(key)) and args[key] > MAX_QUERIES:
             args[key] = MAX_QUERIES
+    # Keypoint detectors keep every keypoint by default (-1) and matchers iterate Sinkhorn 100 times: slow on CPU.
+    if _is_int(args.get("max_keypoints")) and not 0 < args["max_keypoints"] <= MAX_KEYPOINTS:
+        args["max_keypoints"] = MAX_KEYPOINTS
+    if _is_int(args.get("sinkhorn_iterations")) and args["sinkhorn_iterations"] > MAX_SINKHORN:
+        args["sinkhorn_iterations"] = MAX_SINKHORN
     for key in FRAME_COUNTS:
         if _is_int(args.get(key)) and args[key] > MAX_FRAMES:
             args[key] = MAX_FRAMES
@@ -570,7 +581,7 @@ def _fill_required_unset(node: Node, profile: Profile, token_map: dict[int, int]
         args["prediction_length"] = PREDICTION_LENGTH
 
 
-PLACEHOLDER_FIELDS = ("image_token_index", "image_token_id")
+PLACEHOLDER_FIELDS = ("image_token_index", "image_token_id", "video_token_index")
 
 
 def _fill_unset_placeholder_ids(root: Node, profile: Profile, token_map: dict[int, int]) -> None:
@@ -578,9 +589,9 @@ def _fill_unset_placeholder_ids(root: Node, profile: Profile, token_map: dict[in
     vocabs = [n.args["vocab_size"] for n in root.walk() if _is_int(n.args.get("vocab_size"))]
     if not vocabs or not root.children:
         return
-    for key in PLACEHOLDER_FIELDS:
+    for i, key in enumerate(PLACEHOLDER_FIELDS):
         if key in root.fields and root.args.get(key) is None:
-            root.args[key] = min(min(vocabs), profile.vocab) - 2 - len(token_map)
+            root.args[key] = min(min(vocabs), profile.vocab) - 2 - i - len(token_map)
 
 
 def _shrink_vision(node: Node, profile: Profile) -> None:
@@ -741,7 +752,7 @@ def implicit_default_from_error(message: str) -> dict | None:
 # value of the second. Only equalities are repaired this way; any other message is the config_error reason.
 _EQUALITY = re.compile(
     r"`?([\w.]+)`?\s*\((\d+)\)\s*(?:must|should)\s*(?:be\s*)?(?:equal|match)(?:\s*to)?\s*(?:the\s*)?"
-    r"(?:[\w ]*?)`?([\w.\[\]]+)`?\s*(?:\(|=\s*)(\d+)")
+    r"(?:[\w ]*?)`?([\w.\[\]]+)(?:\s*(?://|\*|\+|-)\s*\d+)?`?\s*(?:\(|=\s*)(\d+)")
 MAX_REPAIRS = 6
 
 
