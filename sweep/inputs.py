@@ -89,7 +89,7 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
     missing = [n for n in _required(params) if n not in base and n not in NEVER]
     if missing:
         for v in variants:
-            v.update(m.fallback(ctx, missing))
+            v.update({k: x for k, x in m.fallback(ctx, missing).items() if k not in v})
     return variants
 
 

@@ -433,6 +433,22 @@ def alternative_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, An
         patch = ctx.find("patch_size", default=14)
         patch = patch[0] if isinstance(patch, (list, tuple)) else patch
         out.append({"pixel_values": ctx.floats(1, c, patch, b * (h // patch) * (w // patch) * patch)})
+    if "aspect_ratio_ids" in ctx.params and isinstance(base.get("pixel_values"), torch.Tensor) and base[
+            "pixel_values"].dim() == 4:  # Mllama: (B, images, tiles, C, H, W), one image in one tile
+        x = base["pixel_values"]
+        tiles = int(ctx.find("max_num_tiles", default=4))
+        pixels = torch.zeros(x.shape[0], 1, tiles, *x.shape[1:])
+        pixels[:, 0, 0] = x
+        tile_mask = torch.zeros(x.shape[0], 1, tiles, dtype=torch.long)
+        tile_mask[:, :, 0] = 1
+        update = {"pixel_values": pixels, "aspect_ratio_ids": torch.ones(x.shape[0], 1, dtype=torch.long),
+                  "aspect_ratio_mask": tile_mask}
+        ids = base.get("input_ids")
+        if "cross_attention_mask" in ctx.params and isinstance(ids, torch.Tensor):
+            cross = torch.zeros(*ids.shape, 1, tiles, dtype=torch.long)
+            cross[..., 0] = 1
+            update["cross_attention_mask"] = cross
+        out.append(update)
     grid = base.get("image_grid_thw", base.get("grid_thw"))
     if isinstance(grid, torch.Tensor) and isinstance(base.get("pixel_values"), torch.Tensor):
         x = base["pixel_values"]

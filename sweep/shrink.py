@@ -90,7 +90,7 @@ HEAD_DIMS = ("head_dim", "attention_head_dim", "d_kv", "kv_channels", "head_size
 EXPERT_COUNTS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts", "n_experts",
                  "num_routed_experts", "expert_count")
 EXPERT_TOP_K = ("num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token", "moe_k", "n_activated_experts",
-                "router_topk", "experts_per_token")
+                "router_topk", "experts_per_token", "top_k_experts")
 SHARED_EXPERTS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
 GROUP_COUNTS = ("n_group", "topk_group", "num_expert_groups", "num_groups_for_routing", "n_groups",
                 "mamba_n_groups", "ssm_n_groups")
@@ -375,6 +375,10 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
     # SEANet codecs double num_filters at every up/downsampling stage: the base count stays small.
     if _is_int(args.get("num_filters")) and args["num_filters"] > profile.min_channel:
         args["num_filters"] = profile.min_channel
+    # Sine/Fourier position features: half the width each for x and y (SAM's num_pos_feats = hidden_size // 2).
+    value = args.get("num_pos_feats")
+    if _is_int(value) and 2 * value in widths and 2 * value > new_width:
+        args["num_pos_feats"] = new_width // 2
     # Depthwise convolutions over the width (Mimi's upsample_groups = hidden_size) keep groups == channels.
     for key, value in list(args.items()):
         if (key.endswith("groups") and key not in GROUP_COUNTS and _is_int(value) and value > new_width
@@ -388,6 +392,10 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
             node.width_lists.add(key)
 
     # Layer counts, never below what layer types and layer indices need.
+    for key in LAYER_INDEX_FIELDS:  # indices __post_init__ derives from constants are remapped like given ones
+        derived = node.derived_patterns.get(key)
+        if args.get(key) is None and key in node.fields and _int_list(derived):
+            args[key] = list(derived)
     old_layers = next((args[k] for k in LAYER_COUNTS if _is_int(args.get(k)) and args[k] > 0), None)
     if old_layers:
         target = min(old_layers, min_layers(node, profile, old_layers))
@@ -411,6 +419,15 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
     for key in EXPERT_COUNTS:
         if _is_int(args.get(key)) and args[key] > profile.experts:
             args[key] = profile.experts
+    unset = [k for k in EXPERT_COUNTS if k in node.fields and args.get(k) is None]
+    moe_config = "moe_intermediate_size" in node.fields or any(k in node.fields for k in EXPERT_TOP_K)
+    if unset and moe_config and not any(_is_int(args.get(k)) for k in EXPERT_COUNTS):
+        args[unset[0]] = profile.experts  # an MoE config whose expert count has no default (set by checkpoints)
+        if "moe_intermediate_size" in node.fields and args.get("moe_intermediate_size") is None:
+            args["moe_intermediate_size"] = profile.intermediate
+        for key in SHARED_EXPERTS:
+            if key in node.fields and args.get(key) is None:
+                args[key] = 1
     has_experts = any(_is_int(args.get(k)) and args[k] > 1 for k in EXPERT_COUNTS)
     for key in EXPERT_TOP_K:
         if _is_int(args.get(key)) and args[key] > profile.top_k:
