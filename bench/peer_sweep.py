@@ -35,7 +35,8 @@ def peer_export(model, inputs, config):
     from transformers.exporters import DynamoConfig as PeerConfig
     from transformers.exporters import DynamoExporter as PeerExporter
 
-    return PeerExporter().export(model, inputs, config=PeerConfig(dynamic=config["dynamic"]))
+    exported = PeerExporter().export(model, inputs, config=PeerConfig(dynamic=config["dynamic"]))
+    return exported.program  # its ExportedProgram, run like ours
 
 
 def main(argv: list[str] | None = None) -> int:
