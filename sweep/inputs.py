@@ -12,6 +12,7 @@ config; when the model's own check says ``tokens: X, features: Y`` the zoo retri
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import inspect
 from typing import Any
@@ -43,6 +44,7 @@ class Hints:
     tiles: int | None = None  # image tiles per sample (any-resolution layouts: (B, tiles, C, H, W))
     text_len: int = SEQ
     samples: int | None = None  # waveform length the model asked for (a multiple of its hop)
+    image_side: int | None = None  # image side the model asked for (multi-scale patching)
     text_width: int | None = None  # hidden size of the text model (some checks count features as numel)
 
 
@@ -118,7 +120,8 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
             and "input_ids" not in names):
         names.append("input_ids")  # image-first models that read text too (Kosmos-2, InstructBLIP-Video)
     for name in params:
-        if name in ("mm_token_type_ids", "pixel_attention_mask", "target_sizes") and "pixel_values" in names:
+        if name in ("mm_token_type_ids", "pixel_attention_mask", "target_sizes", "image_merge_sizes") and (
+                "pixel_values" in names):
             names.append(name)
         if name in m.WITH_FEATURES and "input_features" in names:
             names.append(name)
@@ -148,6 +151,7 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
 _PLACEHOLDERS = re.compile(r"(image|audio|video)?\s*(?:features|embeddings)? and (?:\w+ )?tokens do not match\W*"
                            r"tokens:?\s*(\d+)\D{1,40}?features:?\s*(\d+)", re.IGNORECASE | re.DOTALL)
 _MULTIPLE = re.compile(r"feature_length` to be a multiple of .{0,40}?\((\d+)\), but got (\d+)")
+_TOO_SMALL = re.compile(r"too small to be scaled with scaled_images_ratios=\[([\d.]+)[^\]]*\] when patch_size=(\d+)")
 _SAMPLES = re.compile(r"input_values`? length (\d+) is not a multiple of (\d+)")
 _TILES = re.compile(r"split_with_sizes expects split_sizes to sum exactly to \d+ \(input tensor's size at dimension "
                     r"0\), but got split_sizes=\[(\d+)")
@@ -194,6 +198,12 @@ def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | N
         frames = max(multiple, (got + multiple - 1) // multiple * multiple)
         if hints.frames != frames:
             hints.frames = frames
+            return True
+    found = _TOO_SMALL.search(message)
+    if found:
+        side = int(math.ceil(int(found.group(2)) / float(found.group(1))))
+        if hints.image_side != side:
+            hints.image_side = side
             return True
     found = _SAMPLES.search(message)
     if found:

@@ -111,6 +111,8 @@ def _image_token_id(ctx: Context) -> int | None:
 
 
 def _image_side(ctx: Context) -> tuple[int, int]:
+    if getattr(ctx.hints, "image_side", None):
+        return ctx.hints.image_side, ctx.hints.image_side
     size = ctx.find("image_size", where=lambda c: c is ctx.vision_config(), default=None)
     if size is None:
         size = ctx.find("image_size", default=64)
@@ -313,6 +315,14 @@ def _patch_grid(ctx: Context) -> torch.Tensor:
     return torch.tensor([[h // patch, w // patch]] * ctx.batch, dtype=torch.int32)
 
 
+def _merge_sizes(ctx: Context) -> torch.Tensor | None:
+    """One spatial merge size per image (VideoLLaMA3), alongside patchified pixels."""
+    grid = ctx.made.get("image_grid_thw", ctx.made.get("grid_thw"))
+    if grid is None:
+        return None
+    return torch.full((grid.shape[0],), int(ctx.find("spatial_merge_size", "merge_size", default=1)))
+
+
 def image_grid_thw(ctx: Context) -> torch.Tensor | None:
     return ctx.made.get("image_grid_thw")
 
@@ -458,8 +468,17 @@ def alternative_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, An
         channels = _channels(ctx)
         if x.dim() == 2 and isinstance(patch, int) and x.shape[1] == channels * patch * patch:
             out.append({"pixel_values": x.view(-1, channels, patch, patch)})  # one image per patch (Kimi-K2.5)
+            if x.shape[0] % ctx.batch == 0:  # patches grouped per image (PaddleOCR-VL): (B, N, C, P, P)
+                out.append({"pixel_values": x.view(ctx.batch, -1, channels, patch, patch)})
     if "image_sizes" in ctx.params and "pixel_values" in base and "image_sizes" not in base:
         out.append({"image_sizes": image_sizes(ctx)})  # any-resolution models (LLaVA-NeXT)
+    codebooks = ctx.find("num_codebooks")
+    ids = base.get("decoder_input_ids")
+    if isinstance(codebooks, int) and codebooks > 1 and isinstance(ids, torch.Tensor) and ids.dim() == 2:
+        stacked = ids.repeat_interleave(codebooks, dim=0)  # one row per codebook (MusicGen): (B * codebooks, S)
+        out.append({"decoder_input_ids": stacked})
+        if "decoder_attention_mask" in base:
+            out.append({"decoder_input_ids": stacked, "decoder_attention_mask": torch.ones_like(stacked)})
     text = {k: v for k, v in base.items() if k in CHOICE_INPUTS and isinstance(v, torch.Tensor) and v.dim() == 2}
     if "input_ids" in text:  # multiple choice: (B, choices, S)
         out.append({k: torch.stack([v, v.flip(1)], dim=1) for k, v in text.items()})
@@ -576,6 +595,9 @@ RECIPES: dict[str, Callable[[Context], Any]] = {
     "pixel_values_videos": pixel_values_videos,
     "mm_token_type_ids": mm_token_type_ids,
     "image_embeds_position_mask": image_embeds_position_mask,
+    "merge_sizes": lambda ctx: _merge_sizes(ctx),
+    "image_merge_sizes": lambda ctx: _merge_sizes(ctx),
+    "task_inputs": lambda ctx: ctx.token_ids((ctx.batch, int(ctx.find("task_seq_len", default=SEQ))), _vocab(ctx)),
     "target_sizes": lambda ctx: _patch_grid(ctx),
     "inputs": lambda ctx: generic_inputs(ctx),
     "audio_mel": lambda ctx: _mel_sequence(ctx),

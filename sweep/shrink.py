@@ -115,7 +115,7 @@ LAYER_INDEX_FIELDS = ("vision_feature_layer", "out_indices", "global_attn_indexe
                       "feature_layers", "select_layer", "intermediate_layers_indices", "backbone_out_indices",
                       "fullatt_block_indexes", "layer_ids", "deepstack_visual_indexes", "full_attention_layers",
                       "cross_attention_layers", "attn_layer_indices", "moe_layers", "global_layers",
-                      "decoder_sparse_step_layers", "attn_layer_idx", "mlp_only_layers", "no_rope_layers_idx")
+                      "decoder_sparse_step_layers", "attn_layer_idx", "mlp_only_layers", "no_rope_layers_idx", "intermediate_hook_ids")
 CHANNEL_LISTS = ("hidden_sizes", "embed_dims", "channels", "dims", "widths", "num_channels_list",
                  "hidden_dims", "embedding_sizes", "out_channels", "stage_channels", "neck_hidden_sizes",
                  "block_channels", "encoder_hidden_sizes", "decoder_hidden_sizes", "stem_channels",
@@ -551,8 +551,8 @@ def _clamp_tower_layer_indices(root: Node) -> None:
     for node in root.walk():
         if any(_is_int(node.args.get(k)) for k in LAYER_COUNTS):
             continue
-        tower = node.children.get("vision_config")
-        layers = next((tower.args[k] for k in LAYER_COUNTS if tower and _is_int(tower.args.get(k))), None)
+        towers = [node.children["vision_config"]] if "vision_config" in node.children else list(node.children.values())
+        layers = next((t.args[k] for t in towers for k in LAYER_COUNTS if _is_int(t.args.get(k))), None)
         if not layers:
             continue
         for key in LAYER_INDEX_FIELDS:
@@ -598,7 +598,7 @@ def _fill_required_unset(node: Node, profile: Profile, token_map: dict[int, int]
         args["prediction_length"] = PREDICTION_LENGTH
 
 
-PLACEHOLDER_FIELDS = ("image_token_index", "image_token_id", "video_token_index")
+PLACEHOLDER_FIELDS = ("image_token_index", "image_token_id", "video_token_index", "audio_token_id")
 
 
 def _fill_unset_placeholder_ids(root: Node, profile: Profile, token_map: dict[int, int]) -> None:

@@ -140,7 +140,10 @@ def _build_and_run(cls: type, profile: Profile, rules: dict, seed: int, name: st
     try:
         return model, _first_running_inputs(model, seed, name)
     except ZooError as exc:
-        implicit = implicit_default_from_error(exc.message) if exc.category == FORWARD_ERROR else None
+        implicit = None
+        if exc.category == FORWARD_ERROR:
+            for message in [exc.message, *getattr(exc, "all_errors", [])]:
+                implicit = implicit or implicit_default_from_error(message)
         if implicit is None:
             raise
     model = _build(cls, profile, rules, seed, name, implicit)
@@ -185,7 +188,9 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
                     break
         if not refined:
             break
-    raise ZooError(name, FORWARD_ERROR, errors[0] if errors else "no inputs synthesised")
+    error = ZooError(name, FORWARD_ERROR, errors[0] if errors else "no inputs synthesised")
+    error.all_errors = errors  # every candidate's error: a later layout may name an implicit default
+    raise error
 
 
 # -- bring your own model -------------------------------------------------------------------------------------
