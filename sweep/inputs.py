@@ -45,6 +45,7 @@ class Hints:
     text_len: int = SEQ
     samples: int | None = None  # waveform length the model asked for (a multiple of its hop)
     image_side: int | None = None  # image side the model asked for (multi-scale patching)
+    patch_width: int | None = None  # pixels as flattened patches (num_patches, patch_width), as the model asked
     text_width: int | None = None  # hidden size of the text model (some checks count features as numel)
 
 
@@ -151,6 +152,8 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
 _PLACEHOLDERS = re.compile(r"(image|audio|video)?\s*(?:features|embeddings)? and (?:\w+ )?tokens do not match\W*"
                            r"tokens:?\s*(\d+)\D{1,40}?features:?\s*(\d+)", re.IGNORECASE | re.DOTALL)
 _MULTIPLE = re.compile(r"feature_length` to be a multiple of .{0,40}?\((\d+)\), but got (\d+)")
+_PATCH_WIDTH = re.compile(r"pixel_values has patch width \d+ but the model expects (\d+)")
+_PATCHES_FOR = re.compile(r"Got (\d+) image patches for \d+ image placeholder tokens")
 _TOO_SMALL = re.compile(r"too small to be scaled with scaled_images_ratios=\[([\d.]+)[^\]]*\] when patch_size=(\d+)")
 _SAMPLES = re.compile(r"input_values`? length (\d+) is not a multiple of (\d+)")
 _TILES = re.compile(r"split_with_sizes expects split_sizes to sum exactly to \d+ \(input tensor's size at dimension "
@@ -199,6 +202,14 @@ def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | N
         if hints.frames != frames:
             hints.frames = frames
             return True
+    found = _PATCH_WIDTH.search(message)
+    if found and hints.patch_width != int(found.group(1)):
+        hints.patch_width = int(found.group(1))
+        return True
+    found = _PATCHES_FOR.search(message)
+    if found and hints.image_tokens != max(1, int(found.group(1)) // BATCH):
+        hints.image_tokens = max(1, int(found.group(1)) // BATCH)
+        return True
     found = _TOO_SMALL.search(message)
     if found:
         side = int(math.ceil(int(found.group(2)) / float(found.group(1))))

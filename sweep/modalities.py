@@ -240,6 +240,21 @@ def pixel_values(ctx: Context) -> torch.Tensor:
     c = _channels(ctx)
     if "image_grid_thw" in ctx.params or "grid_thw" in ctx.params:
         return _patchified_pixels(ctx, c, h, w)
+    if getattr(ctx.hints, "patch_width", None):  # flattened patches, one placeholder each (NeoMME)
+        per_row = ctx.hints.image_tokens or 4
+        ctx.hints.image_tokens = per_row
+        values = ctx.floats(ctx.batch * per_row, ctx.hints.patch_width)
+        ctx.made["pixel_values"] = values
+        return values
+    if "pixel_position_ids" in ctx.params:  # Gemma 4: patchified (B, patches, C*P*P) with (x, y) per patch
+        patch = ctx.find("patch_size", default=16)
+        side = max(1, h // patch)
+        ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+        positions = torch.stack([xs.flatten(), ys.flatten()], dim=-1)
+        ctx.made["pixel_position_ids"] = positions[None].repeat(ctx.batch, 1, 1)
+        values = ctx.floats(ctx.batch, side * side, c * patch * patch)
+        ctx.made["pixel_values"] = values
+        return values
     if "spatial_shapes" in ctx.params:
         made = patch_sequence(ctx)
         ctx.made.update(made)
@@ -425,13 +440,16 @@ def alternative_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, An
         if ctx.find("num_mel_bins") is not None:  # spectrogram transformers call their (B, T, mels) input_values
             out.append({"input_values": ctx.floats(ctx.batch, _audio_frames(ctx), int(ctx.find("num_mel_bins")))})
     if isinstance(base.get("pixel_values"), torch.Tensor) and base["pixel_values"].dim() == 4:
-        tiled = {"pixel_values": base["pixel_values"][:, None]}  # (B, tiles=1, C, H, W) layouts
+        x4 = base["pixel_values"]
+        tiled = {"pixel_values": x4[:, None]}  # (B, tiles=1, C, H, W) layouts
         if "pixel_attention_mask" in base:
             tiled["pixel_attention_mask"] = base["pixel_attention_mask"][:, None]
         if "image_attention_mask" in ctx.params and isinstance(base.get("input_ids"), torch.Tensor):
             ids = base["input_ids"]  # IDEFICS: which of the images each text token attends to, (B, S, images)
             tiled["image_attention_mask"] = torch.ones(*ids.shape, 1, dtype=torch.long)
         out.append(tiled)
+        if "pixel_attention_mask" in base:  # one flag per real tile (Granite-Docling): (B, tiles)
+            out.append({**tiled, "pixel_attention_mask": torch.ones(x4.shape[0], 1, dtype=torch.bool)})
         x = base["pixel_values"]  # image pairs (keypoint matching): (B, 2, C, H, W)
         out.append({"pixel_values": torch.stack([x, x.flip(-1)], dim=1)})
         frames = ctx.find("num_frames")
@@ -595,6 +613,7 @@ RECIPES: dict[str, Callable[[Context], Any]] = {
     "pixel_values_videos": pixel_values_videos,
     "mm_token_type_ids": mm_token_type_ids,
     "image_embeds_position_mask": image_embeds_position_mask,
+    "pixel_position_ids": lambda ctx: ctx.made.get("pixel_position_ids"),
     "merge_sizes": lambda ctx: _merge_sizes(ctx),
     "image_merge_sizes": lambda ctx: _merge_sizes(ctx),
     "task_inputs": lambda ctx: ctx.token_ids((ctx.batch, int(ctx.find("task_seq_len", default=SEQ))), _vocab(ctx)),

@@ -594,6 +594,10 @@ def _fill_required_unset(node: Node, profile: Profile, token_map: dict[int, int]
     dims = args.get("axial_pos_embds_dim")
     if _int_list(dims) and width and sum(dims) != width:  # Reformer: axial position factors sum to the width
         args["axial_pos_embds_dim"] = type(dims)(_proportional(list(dims), width))
+    types = args.get("layer_types") or node.derived_patterns.get("layer_types") or []
+    if ("sliding_window" in node.fields and args.get("sliding_window") is None and isinstance(types, (list, tuple))
+            and "sliding_attention" in types):  # sliding layers with no window (set by checkpoints)
+        args["sliding_window"] = profile.window
     if "prediction_length" in node.fields and args.get("prediction_length") is None:
         args["prediction_length"] = PREDICTION_LENGTH
 
