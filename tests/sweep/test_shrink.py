@@ -70,6 +70,35 @@ def test_equality_repairs_follow_the_validation_message():
     assert not shrink._repair_equality(root, "ValueError: something else")
 
 
+def test_equality_repairs_read_through_integer_expressions():
+    root = raw_tree(LlavaConfig())
+    message = "ValueError: `vision_config.hidden_size` (64) must equal `text_config.hidden_size // 4` (8)."
+    assert shrink._repair_equality(root, message)
+    assert root.children["vision_config"].args["hidden_size"] == 8
+
+
+def test_layer_index_repairs_move_indices_onto_the_tower():
+    root = raw_tree(LlavaConfig())
+    message = "ValueError: `vision_feature_layer` [24, 18] must index the 2 layers of `vision_config`."
+    assert shrink._repair_layer_index(root, message)
+    assert root.args["vision_feature_layer"] == [1, 0]
+
+
+def test_detector_queries_and_uniform_width_lists_follow_the_profile():
+    from transformers import DFineConfig
+
+    config = shrink.shrink_config(DFineConfig)
+    assert config.num_queries <= shrink.MAX_QUERIES
+    assert config.decoder_in_channels == [config.encoder_hidden_dim] * len(config.decoder_in_channels)
+
+
+def test_moe_configs_without_expert_defaults_get_experts():
+    from transformers import Dots1Config
+
+    config = shrink.shrink_config(Dots1Config)
+    assert config.n_routed_experts == TINY.experts and config.num_experts_per_tok == TINY.top_k
+
+
 def test_layer_indices_move_onto_the_remaining_layers():
     from transformers import Qwen3VLMoeConfig
 
