@@ -41,7 +41,7 @@ import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with othe
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches, register_fx_program_fix
 from engine.prepare import model_name, split_inputs
 from engine.pytree import spec_leaf_names, iter_leaf_tensors
-from engine.shapes import SpecialisationWarning
+from engine.shapes import SpecialisationWarning, config_values
 
 logger = logging.getLogger("engine")
 
@@ -223,22 +223,14 @@ BATCH_FACTOR, MIN_BATCH_CAP = 4, 8
 LENGTH_FACTOR, MIN_LENGTH_CAP = 4, 256
 
 
-def _config_values(config: Any, keys: tuple[str, ...]) -> list[tuple[str, int]]:
-    """``(dotted key, value)`` for every ``key`` in the config dict and its nested sub-configs."""
-    found: list[tuple[str, int]] = []
-
-    def walk(d: Mapping, prefix: str) -> None:
-        for k, v in d.items():
-            if isinstance(v, Mapping):
-                walk(v, f"{prefix}{k}.")
-            elif k in keys:
-                vals = v if isinstance(v, (list, tuple)) else [v]
-                ints = [x for x in vals if isinstance(x, int) and not isinstance(x, bool) and x > 0]
-                if ints:
-                    found.append((prefix + k, max(ints)))
-
-    if config is not None and hasattr(config, "to_dict"):
-        walk(config.to_dict(), "")
+def _config_limits(config: Any, keys: tuple[str, ...]) -> list[tuple[str, int]]:
+    """``(dotted key, largest positive int)`` for every ``key`` in the config and its sub-configs."""
+    found = []
+    for key, value in config_values(config, keys):
+        ints = [x for x in (value if isinstance(value, (list, tuple)) else [value])
+                if isinstance(x, int) and not isinstance(x, bool) and x > 0]
+        if ints:
+            found.append((key, max(ints)))
     return found
 
 
@@ -253,8 +245,8 @@ class DimLimits:
     @classmethod
     def from_model(cls, model: torch.nn.Module, name: str) -> DimLimits:
         config = getattr(model, "config", None)
-        lengths = _config_values(config, POSITION_KEYS)
-        images = _config_values(config, IMAGE_KEYS)
+        lengths = _config_limits(config, POSITION_KEYS)
+        images = _config_limits(config, IMAGE_KEYS)
         # the largest stated limit: a cap above one sub-model's limit costs memory, one below rejects valid inputs
         return cls(name, max(lengths, key=lambda kv: kv[1], default=None), max(images, key=lambda kv: kv[1], default=None))
 
@@ -278,16 +270,17 @@ def _dim_role(val: torch.Tensor, dim: int) -> str:
     return "length"
 
 
-def _user_input_placeholders(program: torch.export.ExportedProgram) -> list[torch.fx.Node]:
-    from torch.export.graph_signature import InputKind, TensorArgument
+def _user_input_specs(program: torch.export.ExportedProgram) -> list:
+    from torch.export.graph_signature import InputKind
 
-    names = [
-        s.arg.name
-        for s in program.graph_signature.input_specs
-        if s.kind == InputKind.USER_INPUT and isinstance(s.arg, TensorArgument)
-    ]
+    return [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+
+
+def _user_input_placeholders(program: torch.export.ExportedProgram) -> list[torch.fx.Node]:
+    from torch.export.graph_signature import TensorArgument
+
     nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    return [nodes[n] for n in names]
+    return [nodes[s.arg.name] for s in _user_input_specs(program) if isinstance(s.arg, TensorArgument)]
 
 
 def _shape_env(program: torch.export.ExportedProgram):
@@ -378,7 +371,7 @@ def _bounds(size: Any, ranges: Mapping) -> list[int]:
 
 def program_metadata(program: torch.export.ExportedProgram, traced_inputs: Mapping[str, Any], name: str, backend: str) -> dict:
     """Input leaves (name, dtype, per-dim ``[min, max]``) and output leaf names, in the program's flat order."""
-    from torch.export.graph_signature import OutputKind, TensorArgument
+    from torch.export.graph_signature import ConstantArgument, OutputKind, TensorArgument
 
     leaves = [(n, t) for key, value in traced_inputs.items() for n, t in iter_leaf_tensors(value, key)]
     placeholders = _user_input_placeholders(program)
@@ -393,10 +386,7 @@ def program_metadata(program: torch.export.ExportedProgram, traced_inputs: Mappi
         for (leaf, _), node in zip(leaves, placeholders)
     ]
     # non-tensor leaves of the inputs (a ModelOutput's None fields) stay inputs of the ExecuTorch method
-    from torch.export.graph_signature import ConstantArgument, InputKind
-
-    user_inputs = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
-    constants = [[i, s.arg.value] for i, s in enumerate(user_inputs) if isinstance(s.arg, ConstantArgument)]
+    constants = [[i, s.arg.value] for i, s in enumerate(_user_input_specs(program)) if isinstance(s.arg, ConstantArgument)]
     user_outputs = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
     # inputs updated in place (a StaticCache) come back first among the method's outputs
     mutated = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_INPUT_MUTATION]

@@ -65,25 +65,30 @@ def _kv_spec(layer: Any, name: str, value: Any) -> Any:
     return None
 
 
+def config_values(config: Any, keys: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """``(dotted key, value)`` for every ``key`` in the config's dict, nested sub-configs included."""
+    found: list[tuple[str, Any]] = []
+
+    def walk(d: Mapping, prefix: str) -> None:
+        for k, v in d.items():
+            if isinstance(v, Mapping):
+                walk(v, f"{prefix}{k}.")
+            elif k in keys:
+                found.append((prefix + k, v))
+
+    if config is not None and hasattr(config, "to_dict"):
+        walk(config.to_dict(), "")
+    return found
+
+
 def configured_image_sizes(config: Any) -> set[tuple[int, int]]:
     """Every ``(height, width)`` an ``image_size`` in ``config`` or its sub-configs names."""
     sizes: set[tuple[int, int]] = set()
-    seen: set[int] = set()
-
-    def visit(cfg: Any) -> None:
-        if cfg is None or id(cfg) in seen or not hasattr(cfg, "to_dict"):
-            return
-        seen.add(id(cfg))
-        size = getattr(cfg, "image_size", None)
-        if isinstance(size, int) and size > 0:
+    for _, size in config_values(config, ("image_size",)):
+        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
             sizes.add((size, size))
         elif isinstance(size, (list, tuple)) and len(size) == 2 and all(isinstance(s, int) for s in size):
             sizes.add((size[0], size[1]))
-        for value in vars(cfg).values():
-            if hasattr(value, "to_dict") and hasattr(value, "model_type"):
-                visit(value)
-
-    visit(config)
     return sizes
 
 

@@ -143,9 +143,11 @@ def _run_generation(spec: dict[str, Any], case: Any, enter: Callable[[str], None
     enter("compare")
     result["tokens"] = {"expected": expected.tolist(), "got": got.tolist()}
     if got.shape != expected.shape or not torch.equal(got, expected):
-        differ = [(r, c) for r in range(min(len(got), len(expected))) for c in range(min(got.shape[-1], expected.shape[-1]))
-                  if got[r, c] != expected[r, c]]
-        where = f"first at row {differ[0][0]}, position {differ[0][1]}" if differ else f"shapes {tuple(got.shape)} vs {tuple(expected.shape)}"
+        if got.shape == expected.shape:
+            row, position = (got != expected).nonzero()[0].tolist()
+            where = f"first at row {row}, position {position}"
+        else:
+            where = f"shapes {tuple(got.shape)} vs {tuple(expected.shape)}"
         result.update(status="discrepancy", stage="compare",
                       error=f"generated tokens differ from eager greedy generate ({where})")
 
@@ -194,13 +196,12 @@ def run_case(spec: dict[str, Any], progress: Callable[[str], None] = lambda stag
         enter("build")
         case = _build(spec)
         result.update(model_type=case.model_type, mappings=list(case.mappings), num_parameters=case.num_parameters)
-        shapes = [("traced", case.inputs)]
-        if spec["shapes"] == "dynamic" and spec["backend"] != "eager":
-            shapes.append(("second", second_shape(case.inputs)))
-
         if spec["shapes"] == GENERATE:
             _run_generation(spec, case, enter, result)
             return result
+        shapes = [("traced", case.inputs)]
+        if spec["shapes"] == "dynamic" and spec["backend"] != "eager":
+            shapes.append(("second", second_shape(case.inputs)))
 
         enter("eager")
         expected = {}

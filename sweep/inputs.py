@@ -162,6 +162,22 @@ _NORMALIZED = re.compile(r"normalized_shape=\[(\d+)\], expected input with shape
                          r"size\s*\[(\d+), (\d+), (\d+)\]")
 
 
+def _round_up(got: int, multiple: int) -> int:
+    return max(multiple, (got + multiple - 1) // multiple * multiple)
+
+
+#: (check's message, hint it sets, the hint's value from the match), tried in order
+_LEARNED_SIZES = (
+    (_MULTIPLE, "frames", lambda m: _round_up(int(m.group(2)), int(m.group(1)))),
+    (_PATCH_WIDTH, "patch_width", lambda m: int(m.group(1))),
+    (_PATCHES_FOR, "image_tokens", lambda m: max(1, int(m.group(1)) // BATCH)),
+    (_TOO_SMALL, "image_side", lambda m: int(math.ceil(int(m.group(2)) / float(m.group(1))))),
+    (_SAMPLES, "samples", lambda m: _round_up(int(m.group(1)), int(m.group(2)))),
+    (_TILES, "tiles", lambda m: int(m.group(1))),
+    (_NORMALIZED, "feature_dim", lambda m: int(m.group(1))),
+)
+
+
 _SIZE_AT_LAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at "
                            r"non-singleton dimension 2")
 _MATMUL = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
@@ -195,40 +211,9 @@ def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | N
             setattr(hints, field, per_row)
             return True
         return False
-    found = _MULTIPLE.search(message)
-    if found:
-        multiple, got = int(found.group(1)), int(found.group(2))
-        frames = max(multiple, (got + multiple - 1) // multiple * multiple)
-        if hints.frames != frames:
-            hints.frames = frames
+    for pattern, field, value in _LEARNED_SIZES:
+        found = pattern.search(message)
+        if found and getattr(hints, field) != value(found):
+            setattr(hints, field, value(found))
             return True
-    found = _PATCH_WIDTH.search(message)
-    if found and hints.patch_width != int(found.group(1)):
-        hints.patch_width = int(found.group(1))
-        return True
-    found = _PATCHES_FOR.search(message)
-    if found and hints.image_tokens != max(1, int(found.group(1)) // BATCH):
-        hints.image_tokens = max(1, int(found.group(1)) // BATCH)
-        return True
-    found = _TOO_SMALL.search(message)
-    if found:
-        side = int(math.ceil(int(found.group(2)) / float(found.group(1))))
-        if hints.image_side != side:
-            hints.image_side = side
-            return True
-    found = _SAMPLES.search(message)
-    if found:
-        got, multiple = int(found.group(1)), int(found.group(2))
-        samples = max(multiple, (got + multiple - 1) // multiple * multiple)
-        if hints.samples != samples:
-            hints.samples = samples
-            return True
-    found = _TILES.search(message)
-    if found and hints.tiles != int(found.group(1)):
-        hints.tiles = int(found.group(1))
-        return True
-    found = _NORMALIZED.search(message)
-    if found and hints.feature_dim != int(found.group(1)):
-        hints.feature_dim = int(found.group(1))
-        return True
     return False

@@ -22,7 +22,6 @@ import pytest
 BACKENDS = ("eager", "dynamo", "onnx", "executorch")
 SHAPES = {"dynamic": ("dynamic",), "static": ("static",), "both": ("dynamic", "static")}
 STATUSES = ("pass", "discrepancy", "fail", "skip", "timeout", "crash")
-GENERATE = "generate"  # the shapes label of a generation case (sweep.case.GENERATE)
 DEFAULT_SKIPLISTS = Path(__file__).resolve().parent.parent / "skiplists"
 
 
@@ -204,6 +203,8 @@ def _is_generative(model: str, settings: SweepSettings) -> bool:
 
 
 def _cases(settings: SweepSettings) -> list:
+    from sweep.case import GENERATE
+
     params = []
     for model in settings.models:
         generative = settings.generate and _is_generative(model, settings)

@@ -308,6 +308,13 @@ def _remap_layer_indices(node: Node, old_layers: int, layers: int) -> None:
             node.args["out_features"] = None  # re-derived from the remapped indices
 
 
+def _cap(args: dict, keys: tuple[str, ...], limit: int) -> None:
+    """Every int field of ``keys`` above ``limit`` becomes ``limit``."""
+    for key in keys:
+        if _is_int(args.get(key)) and args[key] > limit:
+            args[key] = limit
+
+
 def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[int, int]) -> None:
     """Shrink one config node in place (its sub-config nodes are shrunk by the caller)."""
     args = node.args
@@ -373,8 +380,7 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
             shape += 1
         args["shape_size"], args["coordinate_size"] = shape, (width - 2 * shape) // 4
     # SEANet codecs double num_filters at every up/downsampling stage: the base count stays small.
-    if _is_int(args.get("num_filters")) and args["num_filters"] > profile.min_channel:
-        args["num_filters"] = profile.min_channel
+    _cap(args, ("num_filters",), profile.min_channel)
     # Sine/Fourier position features: half the width each for x and y (SAM's num_pos_feats = hidden_size // 2).
     value = args.get("num_pos_feats")
     if _is_int(value) and 2 * value in widths and 2 * value > new_width:
@@ -416,9 +422,7 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
         _keep_kv_sharing(node)
 
     # Mixture of experts and low-rank attention.
-    for key in EXPERT_COUNTS:
-        if _is_int(args.get(key)) and args[key] > profile.experts:
-            args[key] = profile.experts
+    _cap(args, EXPERT_COUNTS, profile.experts)
     unset = [k for k in EXPERT_COUNTS if k in node.fields and args.get(k) is None]
     moe_config = "moe_intermediate_size" in node.fields or any(k in node.fields for k in EXPERT_TOP_K)
     if unset and moe_config and not any(_is_int(args.get(k)) for k in EXPERT_COUNTS):
@@ -434,47 +438,25 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
             args[key] = profile.top_k
         elif key in node.fields and args.get(key) is None and has_experts:
             args[key] = profile.top_k  # a None top-k default is not runnable
-    for key in SHARED_EXPERTS:
-        if _is_int(args.get(key)) and args[key] > 1:
-            args[key] = 1
-    for key in GROUP_COUNTS:
-        if _is_int(args.get(key)) and args[key] > 1:
-            args[key] = 1
-    for key in QUERY_COUNTS:
-        if _is_int(args.get(key)) and args[key] > MAX_QUERIES:
-            args[key] = MAX_QUERIES
+    _cap(args, SHARED_EXPERTS, 1)
+    _cap(args, GROUP_COUNTS, 1)
+    _cap(args, QUERY_COUNTS, MAX_QUERIES)
     # Keypoint detectors keep every keypoint by default (-1) and matchers iterate Sinkhorn 100 times: slow on CPU.
     if _is_int(args.get("max_keypoints")) and not 0 < args["max_keypoints"] <= MAX_KEYPOINTS:
         args["max_keypoints"] = MAX_KEYPOINTS
-    if _is_int(args.get("sinkhorn_iterations")) and args["sinkhorn_iterations"] > MAX_SINKHORN:
-        args["sinkhorn_iterations"] = MAX_SINKHORN
-    for key in FRAME_COUNTS:
-        if _is_int(args.get(key)) and args[key] > MAX_FRAMES:
-            args[key] = MAX_FRAMES
-    for key in STATE_SIZES:
-        if _is_int(args.get(key)) and args[key] > SMALL_STATE:
-            args[key] = SMALL_STATE
-    for key in LOW_RANKS:
-        if _is_int(args.get(key)) and args[key] > profile.low_rank:
-            args[key] = profile.low_rank
-    for key in ROPE_HEAD_DIMS:
-        if _is_int(args.get(key)) and args[key] > 8:
-            args[key] = 8
-    if _is_int(args.get("first_k_dense_replace")) and args["first_k_dense_replace"] > 1:
-        args["first_k_dense_replace"] = 1
+    _cap(args, ("sinkhorn_iterations",), MAX_SINKHORN)
+    _cap(args, FRAME_COUNTS, MAX_FRAMES)
+    _cap(args, STATE_SIZES, SMALL_STATE)
+    _cap(args, LOW_RANKS, profile.low_rank)
+    _cap(args, ROPE_HEAD_DIMS, 8)
+    _cap(args, ("first_k_dense_replace",), 1)
 
     # Vocab and positions.
-    for key in [k for k in args if k in VOCABS or "vocab" in k.lower()]:
-        if _is_int(args.get(key)) and args[key] > profile.vocab:
-            args[key] = profile.vocab
-    for key in POSITIONS:
-        if _is_int(args.get(key)) and args[key] > profile.max_positions:
-            args[key] = profile.max_positions
+    _cap(args, tuple(k for k in args if k in VOCABS or "vocab" in k.lower()), profile.vocab)
+    _cap(args, POSITIONS, profile.max_positions)
     if _is_int(args.get("max_length")) and args["max_length"] > profile.audio_positions * 2:
         args["max_length"] = profile.audio_positions * 2  # spectrogram frames (AST) or generation length
-    for key in AUDIO_POSITIONS:
-        if _is_int(args.get(key)) and args[key] > profile.audio_positions:
-            args[key] = profile.audio_positions
+    _cap(args, AUDIO_POSITIONS, profile.audio_positions)
 
     _fill_required_unset(node, profile, token_map)
 
