@@ -1,8 +1,10 @@
 """Run each case in a child process so a native crash or a hang is a result, not the end of the sweep.
 
-Children are forked from a per-process *forkserver* that imported torch and transformers once and never
-computes: a case starts in milliseconds, inherits no thread pool (forking a process that already ran OpenMP
-work can deadlock), and leaves nothing behind (patches, registries, memory) for the next case.
+Children are forked from a per-process *forkserver* that imported torch and transformers once: a case starts in
+milliseconds and leaves nothing behind (patches, registries, memory) for the next case. With :func:`warm_backends`
+the forkserver also exports one tiny module per backend (:mod:`sweep.warmup`), so that no child pays a backend's
+first-use costs; that warm-up runs single-threaded and never starts a runtime, so children inherit no thread pool
+(forking a process that already ran OpenMP or onnxruntime work can deadlock).
 
 The child reports each stage it enters; when it dies (``crash``) or runs past the case timeout (``timeout``,
 then it is killed) the result names the stage it was in, e.g. ``lower`` or ``run``.
@@ -19,15 +21,34 @@ from collections.abc import Callable
 from typing import Any
 
 PRELOAD = ["torch", "transformers", "engine", "sweep.case", "sweep.zoo"]
+WARM_ENV = "EXPORT_SWEEP_WARM"  # read by sweep.warmup in the forkserver
 _context: multiprocessing.context.BaseContext | None = None
+
+
+def warm_backends(backends) -> None:
+    """Start the forkserver warmed for these backends (before the first case; later calls change nothing)."""
+    from sweep.warmup import WARMABLE
+
+    if _context is None:
+        os.environ[WARM_ENV] = ",".join(b for b in backends if b in WARMABLE)
+        _get_context()
 
 
 def _get_context():
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(PRELOAD)
+        warm = ["sweep.warmup"] if os.environ.get(WARM_ENV) else []
+        _context.set_forkserver_preload(PRELOAD + warm)
+        # start the forkserver now, so that its imports and warm-up count against no case's time or timeout
+        probe = _context.Process(target=_noop, daemon=True)
+        probe.start()
+        probe.join()
     return _context
+
+
+def _noop() -> None:
+    pass
 
 
 def _child(target: Callable[..., dict], spec: dict[str, Any], conn) -> None:

@@ -275,12 +275,14 @@ def sweep_case(request: pytest.FixtureRequest) -> dict:
 def sweep_run(request: pytest.FixtureRequest):
     """``sweep_run(spec)`` runs the case isolated, writes its row and turns its status into a test outcome."""
     from sweep.case import run_case
-    from sweep.isolation import run_isolated
+    from sweep.isolation import run_isolated, warm_backends
     from sweep.errors import installable
     from sweep.categories import categorize, first_line
     from engine.versions import pinned_versions
 
     settings: SweepSettings = request.config.stash[_SETTINGS]
+
+    warm_backends(settings.backends)
 
     def run(spec: dict) -> dict:
         started = time.time()

@@ -1,0 +1,79 @@
+"""Warm the case forkserver: import each backend's stack and export one tiny module through it, once.
+
+Every case runs in a child forked from a forkserver (:mod:`sweep.isolation`). Without warming, each child pays
+its backend's first-use costs again: importing ``executorch.exir`` and the XNNPACK partitioner, building the
+decomposition tables, resolving op overloads and the lazy imports inside torch.export, the ONNX exporter and the
+ExecuTorch passes. For a tiny BERT that is 8 of 20 seconds of an ExecuTorch export (measured with
+``bench/bench_warmup.py``). Paying it once in the forkserver lets every child start warm.
+
+The forkserver imports this module when ``EXPORT_SWEEP_WARM`` (a comma-separated backend list) is set. The
+warm-up only exports: it never runs onnxruntime or the ExecuTorch runtime (their thread pools must not exist in
+a process that forks), and torch runs with one thread. A backend whose warm-up fails is left cold, with one line
+on stderr; the cases then report the real error themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+
+from sweep.isolation import WARM_ENV
+
+WARMABLE = ("dynamo", "onnx", "executorch")
+
+
+class _WarmupModule:
+    """Built lazily so that importing this module without warming stays free."""
+
+    @staticmethod
+    def build():
+        import torch
+
+        class Tiny(torch.nn.Module):
+            """Embedding, masked attention, linear, GELU, LayerNorm, softmax: the ops of most tiny models."""
+
+            def __init__(self):
+                super().__init__()
+                self.embed = torch.nn.Embedding(16, 8)
+                self.linear = torch.nn.Linear(8, 8)
+                self.norm = torch.nn.LayerNorm(8)
+
+            def forward(self, input_ids, attention_mask):
+                h = self.embed(input_ids) * attention_mask[..., None]
+                q = h[:, None]
+                h = torch.nn.functional.scaled_dot_product_attention(q, q, q)[:, 0]
+                return {"logits": self.norm(torch.nn.functional.gelu(self.linear(h))).softmax(-1)}
+
+        inputs = {"input_ids": torch.zeros(2, 4, dtype=torch.long), "attention_mask": torch.ones(2, 4)}
+        return Tiny().eval(), inputs
+
+
+def warm(backends) -> dict[str, float]:
+    """Export the tiny module with each backend in ``backends`` (``dynamic=True``); seconds per backend."""
+    import torch
+
+    from engine import AutoExportConfig, AutoExporter
+
+    torch.set_num_threads(1)
+    seconds = {}
+    for backend in backends:
+        if backend not in WARMABLE:
+            continue
+        started = time.perf_counter()
+        try:
+            model, inputs = _WarmupModule.build()
+            config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
+            with warnings.catch_warnings(), torch.no_grad():
+                warnings.simplefilter("ignore")
+                AutoExporter.from_config(config).export(model, inputs, config=config)
+        except Exception as e:  # an optimisation only: the cases report the backend's real error
+            print(f"export-sweep: warm-up of {backend} failed ({type(e).__name__}: {e}); its cases start cold", file=sys.stderr)
+            continue
+        seconds[backend] = round(time.perf_counter() - started, 2)
+    return seconds
+
+
+if os.environ.get(WARM_ENV):
+    warm([b for b in os.environ[WARM_ENV].split(",") if b])
