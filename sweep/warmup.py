@@ -3,8 +3,9 @@
 Every case runs in a child forked from a forkserver (:mod:`sweep.isolation`). Without warming, each child pays
 its backend's first-use costs again: importing ``executorch.exir`` and the XNNPACK partitioner, building the
 decomposition tables, resolving op overloads and the lazy imports inside torch.export, the ONNX exporter and the
-ExecuTorch passes. For a tiny BERT that is 8 of 20 seconds of an ExecuTorch export (measured with
-``bench/bench_warmup.py``). Paying it once in the forkserver lets every child start warm.
+ExecuTorch passes. For a tiny BERT that is 7 of 20 seconds of an ExecuTorch export, 1.6 of 4.3 s of an ONNX export
+and 0.8 of 1.75 s of a torch.export (export seconds in the sweep's rows, cold against warm forkserver). Paying it
+once in the forkserver lets every child start warm.
 
 The forkserver imports this module when ``EXPORT_SWEEP_WARM`` (a comma-separated backend list) is set. The
 warm-up only exports: it never runs onnxruntime or the ExecuTorch runtime (their thread pools must not exist in
