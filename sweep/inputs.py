@@ -47,6 +47,9 @@ class Hints:
     image_side: int | None = None  # image side the model asked for (multi-scale patching)
     patch_width: int | None = None  # pixels as flattened patches (num_patches, patch_width), as the model asked
     text_width: int | None = None  # hidden size of the text model (some checks count features as numel)
+    shapes: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)  # learned per input
+    bounds: dict[str, int] = dataclasses.field(default_factory=dict)  # ids must stay below (an embedding's size)
+    extra: list[str] = dataclasses.field(default_factory=list)  # optional inputs the forward turned out to need
 
 
 def forward_parameters(model: torch.nn.Module) -> dict[str, inspect.Parameter]:
@@ -63,7 +66,7 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
     hints = hints or Hints()
     config = model.config
     params = forward_parameters(model)
-    wanted = _wanted(model, params)
+    wanted = _wanted(model, params) + [n for n in hints.extra if n in params]
     gen = torch.Generator().manual_seed(seed)
     ctx = m.Context(config=config, model=model, gen=gen, batch=BATCH, hints=hints, params=params)
     if hints.text_width is None:
@@ -87,13 +90,36 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
     if "inputs" in base:  # Perceiver: `inputs` replaces the named inputs
         for name in GENERIC_ALTERNATIVES:
             base.pop(name, None)
+    # required parameters (even those never synthesised otherwise) and optional ones the forward turned out to
+    # need, by name, annotation and config
+    missing = [n for n in _required(params) if n not in base] + [n for n in hints.extra if n not in base]
+    fallen = m.fallback(ctx, list(dict.fromkeys(missing))) if missing else {}
+    base.update(fallen)
     variants = [base]
     variants += [{**base, **update} for update in m.alternative_layouts(ctx, base)]
-    missing = [n for n in _required(params) if n not in base and n not in NEVER]
-    if missing:
-        for v in variants:
-            v.update({k: x for k, x in m.fallback(ctx, missing).items() if k not in v})
-    return variants
+    for name, value in fallen.items():  # a sequence of unknown layout: also channels first (conv stacks)
+        if value.is_floating_point() and value.dim() == 3 and name not in hints.shapes:
+            variants.append({**base, name: value.transpose(1, 2).contiguous()})
+    return [_learned(v, hints, gen) for v in variants]
+
+
+def _learned(candidate: dict[str, Any], hints: Hints, gen: torch.Generator) -> dict[str, Any]:
+    """Shapes and index bounds the model's own errors taught, applied to one candidate."""
+    out = dict(candidate)
+    for name, shape in hints.shapes.items():
+        value = out.get(name)
+        if isinstance(value, torch.Tensor) and tuple(value.shape) != shape:
+            if value.is_floating_point():
+                out[name] = torch.randn(*shape, generator=gen)
+            else:
+                top = max(1, int(value.max()) + 1) if value.numel() else 1
+                out[name] = torch.randint(0, hints.bounds.get(name, top), shape, generator=gen)
+    for name, bound in hints.bounds.items():
+        value = out.get(name)
+        if isinstance(value, torch.Tensor) and not value.is_floating_point() and value.numel() and int(
+                value.max()) >= bound:
+            out[name] = value % bound
+    return out
 
 
 GENERIC_ALTERNATIVES = ("input_ids", "pixel_values", "input_values")
@@ -112,7 +138,7 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
     main = model.main_input_name
     names = [n for n in (main if isinstance(main, (list, tuple)) else [main]) if n in params]
     names += [n for n in params if n in _required(params)]
-    modalities = set(getattr(model, "input_modalities", ()) or ())
+    modalities = set(m.model_modalities(model))
     for modality in ("vision", "audio"):  # a tower the config leaves out takes no inputs (text-only defaults)
         if f"{modality}_config" in getattr(type(config), "sub_configs", {}) and getattr(
                 config, f"{modality}_config", None) is None:
@@ -183,8 +209,16 @@ _SIZE_AT_LAST = re.compile(r"size of tensor a \((\d+)\) must match the size of t
 _MATMUL = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
 
 
-def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None = None) -> bool:
+def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None = None,
+                 params: dict[str, inspect.Parameter] | None = None) -> bool:
     """Learn from a model's own check what the inputs must look like; True when a hint changed."""
+    if _refine_named(hints, exc, candidate):
+        return True
+    return _refine_by_culprit(hints, exc, candidate or {}, params or {})
+
+
+def _refine_named(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None) -> bool:
+    """Rules keyed on the message alone (and the audio features' layout)."""
     message = str(exc)
     found = _MATMUL.search(message)
     features = (candidate or {}).get("input_features")
@@ -210,10 +244,172 @@ def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | N
         if getattr(hints, field) != per_row:
             setattr(hints, field, per_row)
             return True
+        per_row = _features_per_row(exc, modality)  # the check counted something else: read the feature tensor
+        if per_row and getattr(hints, field) != per_row:
+            setattr(hints, field, per_row)
+            return True
         return False
     for pattern, field, value in _LEARNED_SIZES:
         found = pattern.search(message)
         if found and getattr(hints, field) != value(found):
             setattr(hints, field, value(found))
             return True
+    return False
+
+
+# -- learning from the failing frames: which input the failing operation was handed --------------------------
+
+_WRAPPER_FILES = ("torch/nn/modules/module.py", "transformers/utils/generic.py", "transformers/utils/output_capturing.py",
+                  "transformers/modeling_layers.py", "transformers/utils/deprecation.py")
+_INDEX_RANGE = "index out of range in self"
+_CONV_CHANNELS = re.compile(r"weight of size \[(\d+), (\d+), [\d, ]+\], expected input\[([\d, ]+)\] to have \d+ "
+                            r"channels, but got (\d+) channels")
+_NORM_SHAPE = re.compile(r"normalized_shape=\[(\d+)\], expected input with shape \[\*, \1\], but got input of "
+                         r"size\s*\[([\d, ]+)\]")
+_SUFFIX = re.compile(r"shape suffix torch.Size\(\[(\d+), (\d+)\]\) does not match expected suffix .{0,60}?\((\d+), "
+                     r"\2\)")
+_KERNEL = re.compile(r"padded input size per channel: \((\d+)\)\. Kernel size: \((\d+)\)")
+_BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton "
+                        r"dimension (\d+)")
+#: names the None rule never fills: targets, caches and alternatives to inputs we give
+_NOT_NEEDED = NEVER
+
+
+def _frames(exc: BaseException) -> list[tuple[Any, int, int]]:
+    """(frame, first line, last line) of the failing statement in each frame, innermost last."""
+    out = []
+    tb = exc.__traceback__
+    while tb is not None:
+        positions = next((p for i, p in enumerate(tb.tb_frame.f_code.co_positions()) if 2 * i == tb.tb_lasti),
+                         None)
+        first, last = (positions[0], positions[1]) if positions and positions[0] else (tb.tb_lineno, tb.tb_lineno)
+        out.append((tb.tb_frame, first or tb.tb_lineno, last or tb.tb_lineno))
+        tb = tb.tb_next
+    return out
+
+
+def _model_frames(exc: BaseException, depth: int) -> list[Any]:
+    """The innermost ``depth`` frames that do work (no module-call or decorator wrappers), innermost first."""
+    frames = [f for f, _, _ in reversed(_frames(exc))
+              if not f.f_code.co_filename.replace("\\", "/").endswith(_WRAPPER_FILES)]
+    return frames[:depth]
+
+
+def _culprit(exc: BaseException, candidate: dict[str, Any], depth: int = 4, shape: tuple[int, ...] | None = None,
+             floating: bool = False):
+    """The candidate input the failing operation was handed: the same tensor object in one of the innermost frames
+    (with ``shape``: one whose leading dimensions the failing operation reports)."""
+    tensors = {id(v): k for k, v in candidate.items() if isinstance(v, torch.Tensor) and (
+        v.is_floating_point() or not floating)}
+    for frame in _model_frames(exc, depth):
+        for value in frame.f_locals.values():
+            if isinstance(value, torch.Tensor) and id(value) in tensors and (
+                    shape is None or tuple(value.shape[:-1]) == shape[:-1]):  # the time axis may be padded
+                return tensors[id(value)], value
+    return None, None
+
+
+def _features_per_row(exc: BaseException, modality: str) -> int | None:
+    """Placeholders per row from the ``<modality>_features`` tensor of the failing check: its rows of features."""
+    for frame in _model_frames(exc, 4):  # the check may be raised by helpers (torch._check_with)
+        for key, value in frame.f_locals.items():
+            if (modality in key and ("feature" in key or "embed" in key) and isinstance(value, torch.Tensor)
+                    and value.dim() >= 2 and value.numel()):
+                rows = value.numel() // value.shape[-1]
+                return rows // BATCH if rows % BATCH == 0 else None
+    return None
+
+
+def _set_shape(hints: Hints, name: str, shape: tuple[int, ...]) -> bool:
+    if hints.shapes.get(name) == shape:
+        return False
+    hints.shapes[name] = shape
+    return True
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def _refine_by_culprit(hints: Hints, exc: BaseException, candidate: dict[str, Any],
+                       params: dict[str, inspect.Parameter]) -> bool:
+    """Shapes, index ranges and missing inputs learned from the failing operation and the input it was handed."""
+    message = str(exc)
+    if _INDEX_RANGE in message:  # an embedding got ids past its table: keep that input's ids below its size
+        inner = _model_frames(exc, 1)
+        weight = inner[0].f_locals.get("weight") if inner else None
+        name, value = _culprit(exc, candidate, depth=2)  # the ids the embedding itself was handed
+        if name and isinstance(weight, torch.Tensor) and not value.is_floating_point():
+            bound = int(weight.shape[0])
+            if hints.bounds.get(name) != bound:
+                hints.bounds[name] = bound
+                return True
+        return False
+    found = _MATMUL.search(message)
+    if found:  # the input's last dimension feeds a Linear; a derived width scales with it
+        got, wanted = int(found.group(2)), int(found.group(3))
+        name, value = _culprit(exc, candidate)
+        if name and value.is_floating_point() and value.dim() >= 2:
+            last = value.shape[-1]
+            new = wanted if last == got else (last * wanted // got if (last * wanted) % got == 0 else None)
+            if new and new != last:
+                return _set_shape(hints, name, (*value.shape[:-1], new))
+        return False
+    found = _CONV_CHANNELS.search(message)
+    if found:  # a conv stack: the input's channels (dim 1) are the conv's input channels
+        shape = _ints(found.group(3))
+        name, value = _culprit(exc, candidate, shape=shape)
+        if name and value.is_floating_point() and value.dim() == 3:
+            channels = int(found.group(2))
+            steps = max(value.shape[2], m.WAVEFORM) if channels == 1 else value.shape[2]  # one channel: a signal
+            return _set_shape(hints, name, (value.shape[0], channels, steps))
+        return False
+    found = _NORM_SHAPE.search(message) or _SUFFIX.search(message)
+    if found:  # a norm over the input's last dimension (or a derived one that scales with it)
+        name, value = _culprit(exc, candidate)
+        if name and value.is_floating_point() and value.dim() >= 2:
+            if found.re is _NORM_SHAPE:
+                new = int(found.group(1))
+                got = _ints(found.group(2))[-1]
+            else:
+                got, new = int(found.group(1)), int(found.group(3))
+            last = value.shape[-1]
+            new = new if last == got else (last * new // got if (last * new) % got == 0 else None)
+            if new and new != last:
+                return _set_shape(hints, name, (*value.shape[:-1], new))
+        return False
+    found = _KERNEL.search(message)
+    if found:  # a strided conv stack ran out of time steps: a longer input (the outermost float input handed on)
+        size, kernel = int(found.group(1)), int(found.group(2))
+        name, value = _culprit(exc, candidate, depth=64, floating=True)
+        floats = [(k, v) for k, v in candidate.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        if name is None and len(floats) == 1:  # reassigned on the way: the only float input
+            name, value = floats[0]
+        if name and value.dim() >= 2 and size < kernel:
+            return _set_shape(hints, name, (*value.shape[:-1], value.shape[-1] * 4 * -(-kernel // size)))
+        return False
+    found = _BROADCAST.search(message)
+    if found:  # ids plus a per-codebook offset table: the ids need a trailing codebook axis
+        a, b = int(found.group(1)), int(found.group(2))
+        name, value = _culprit(exc, candidate)
+        if name and not value.is_floating_point() and value.dim() == 2 and value.shape[-1] == a and a != b:
+            return _set_shape(hints, name, (*value.shape, b))
+        return False
+    if "NoneType" in message or "None" in message:
+        return _refine_missing(hints, exc, candidate, params)
+    return False
+
+
+def _refine_missing(hints: Hints, exc: BaseException, candidate: dict[str, Any],
+                    params: dict[str, inspect.Parameter]) -> bool:
+    """An optional input the forward needs after all: a forward parameter that is None in the failing statement."""
+    import linecache
+
+    for frame, first, last in reversed(_frames(exc)):
+        text = "".join(linecache.getline(frame.f_code.co_filename, i) for i in range(first, last + 1))
+        for key, value in frame.f_locals.items():
+            if (value is None and key in params and key not in candidate and key not in _NOT_NEEDED
+                    and key not in hints.extra and re.search(rf"\b{re.escape(key)}\b", text)):
+                hints.extra.append(key)
+                return True
     return False

@@ -627,6 +627,9 @@ def _shrink_vision(node: Node, profile: Profile) -> None:
         pixel_window = _is_int(patch) and patch > 1 and _is_int(value) and value % patch == 0 and value > patch
         if _is_int(value) and value > profile.window and not pixel_window:
             args[key] = profile.window
+            rate = next((v for k, v in args.items() if "downsample" in k and _is_int(v) and v > 1), None)
+            if rate and value % rate == 0:  # windows pooled by a downsampling rate keep a whole multiple of it
+                args[key] = rate * max(1, profile.window // rate)
     for key in DEPTH_LISTS:
         if _int_list(args.get(key)):
             args[key] = type(args[key])(min(v, 1) if v > 0 else v for v in args[key])

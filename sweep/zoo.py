@@ -12,6 +12,7 @@ model folder in place of the synthesised config (a folder with weights is loaded
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import time
@@ -25,7 +26,7 @@ from sweep.errors import (CONFIG_ERROR, FORWARD_ERROR, INIT_ERROR, STAGE_ORDER, 
 from sweep.shrink import BUDGET_PROFILES, PROFILES, Profile, implicit_default_from_error, shrink_config
 
 PARAMETER_BUDGET = 5_000_000
-MISMATCH_RETRIES = 3
+MISMATCH_RETRIES = 5
 
 __all__ = ["Case", "ZooError", "build_case", "PARAMETER_BUDGET"]
 
@@ -169,11 +170,16 @@ def _build(cls: type, profile: Profile, rules: dict, seed: int, name: str,
 
 
 def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[str, Any]:
-    """The first candidate inputs whose eager forward runs; mismatch messages refine the placeholder count."""
+    """The first candidate inputs whose eager forward runs; the model's own errors refine the next round.
+
+    Every candidate of a round is tried before the first lesson learned from their errors is applied, so a new
+    lesson never hides a layout that already runs.
+    """
     hints = inputs.Hints()
+    params = inputs.forward_parameters(model)
     errors: list[str] = []
     for _ in range(MISMATCH_RETRIES + 1):
-        refined = False
+        refined: inputs.Hints | None = None
         for candidate in inputs.candidate_inputs(model, seed, hints):
             try:
                 with torch.no_grad():
@@ -183,11 +189,14 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
                 raise as_missing_dependency(name, exc) from exc
             except Exception as exc:  # noqa: BLE001 - the first error is reported if no candidate runs
                 errors.append(f"{type(exc).__name__}: {exc}")
-                if inputs.refine_hints(hints, exc, candidate):
-                    refined = True
-                    break
-        if not refined:
+                if refined is None:
+                    trial = copy.deepcopy(hints)
+                    if inputs.refine_hints(trial, exc, candidate, params):
+                        refined = trial
+                del exc
+        if refined is None:
             break
+        hints = refined
     error = ZooError(name, FORWARD_ERROR, errors[0] if errors else "no inputs synthesised")
     error.all_errors = errors  # every candidate's error: a later layout may name an implicit default
     raise error

@@ -205,3 +205,10 @@ def test_profiles_shrink_llama_under_budget(profile):
     torch.manual_seed(0)
     model = LlamaForCausalLM(shrink.shrink_config(LlamaConfig, profile))
     assert sum(p.numel() for p in model.parameters()) < 5_000_000
+
+
+def test_windows_pooled_by_a_downsampling_rate_keep_a_whole_multiple():
+    from transformers import GraniteSpeechConfig
+
+    config = shrink.shrink_config(GraniteSpeechConfig)
+    assert config.window_size % config.downsample_rate == 0 and config.window_size // config.downsample_rate >= 1
