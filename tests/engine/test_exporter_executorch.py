@@ -205,3 +205,49 @@ def test_pte_path_that_does_not_exist(tmp_path):
 
     with pytest.raises(ExportStageError, match="stage 'load' failed.*no such .pte file"):
         run_exported(tmp_path / "missing.pte", {"x": torch.randn(2, 4)})
+
+
+class _Block(torch.nn.Module):
+    """Embedding, masked attention, linear, GELU, LayerNorm: XNNPACK takes some nodes, not others (several partitions)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.linear, self.norm = torch.nn.Embedding(16, 8), torch.nn.Linear(8, 8), torch.nn.LayerNorm(8)
+
+    def forward(self, input_ids, attention_mask):
+        h = self.embed(input_ids) * attention_mask[..., None]
+        q = h[:, None]
+        h = torch.nn.functional.scaled_dot_product_attention(q, q, q)[:, 0]
+        return self.norm(torch.nn.functional.gelu(self.linear(h)))
+
+
+def _pte_bytes() -> bytes:
+    torch.manual_seed(0)
+    inputs = {"input_ids": torch.randint(0, 16, (2, 5)), "attention_mask": torch.ones(2, 5)}
+    return ExecutorchExporter().export(_Block().eval(), inputs, config=ExecutorchConfig(dynamic=True)).buffer
+
+
+def _reference_lowering(program, partitioners, config, constant_methods):
+    from executorch.exir import to_edge_transform_and_lower
+
+    return to_edge_transform_and_lower(program, partitioner=partitioners, compile_config=config, constant_methods=constant_methods)
+
+
+def test_one_pass_lowering_gives_the_bytes_of_to_edge_transform_and_lower(monkeypatch):
+    import engine.exporter_executorch as exporter
+
+    ours = _pte_bytes()
+    monkeypatch.setattr(exporter, "lower", _reference_lowering)
+    assert ours == _pte_bytes()
+
+
+def test_lowering_falls_back_when_executorch_lacks_a_step(monkeypatch):
+    from executorch.exir.program import _program
+
+    import engine.exporter_executorch as exporter
+
+    calls = []
+    real = _program.to_edge_transform_and_lower
+    monkeypatch.setattr(exporter, "_ONE_PASS_HELPERS", (*exporter._ONE_PASS_HELPERS, "_a_step_of_a_future_executorch"))
+    monkeypatch.setattr(_program, "to_edge_transform_and_lower", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert _pte_bytes() and calls == [1]
