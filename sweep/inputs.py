@@ -15,6 +15,7 @@ import dataclasses
 import math
 import re
 import inspect
+import linecache
 from typing import Any
 
 import torch
@@ -31,6 +32,8 @@ NEVER = {"labels", "past_key_values", "inputs_embeds", "decoder_inputs_embeds", 
          "encoder_outputs", "logits_to_keep", "num_logits_to_keep", "start_positions", "end_positions",
          "next_sentence_label", "mc_labels", "future_values", "mask_labels", "class_labels", "sentence_order_label",
          "output_router_logits", "interpolate_pos_encoding", "bool_masked_pos", "noise", "mm_encoder_outputs"}
+# ... unless the forward requires them or the model's own error names them (masked pre-training heads).
+WHEN_NEEDED = {"bool_masked_pos"}
 
 
 @dataclasses.dataclass
@@ -45,8 +48,11 @@ class Hints:
     text_len: int = SEQ
     samples: int | None = None  # waveform length the model asked for (a multiple of its hop)
     image_side: int | None = None  # image side the model asked for (multi-scale patching)
+    image_hw: tuple[int, int] | None = None  # (height, width) per image, when images are stacked before patching
     patch_width: int | None = None  # pixels as flattened patches (num_patches, patch_width), as the model asked
     text_width: int | None = None  # hidden size of the text model (some checks count features as numel)
+    extra: tuple[str, ...] = ()  # optional forward parameters the model's own errors named as needed
+    tokens: tuple[int, ...] = ()  # special tokens every row must hold ("at least one question token")
 
 
 def forward_parameters(model: torch.nn.Module) -> dict[str, inspect.Parameter]:
@@ -58,12 +64,16 @@ def _required(params: dict[str, inspect.Parameter]) -> set[str]:
     return {k for k, p in params.items() if p.default is inspect.Parameter.empty}
 
 
+def _skipped(name: str, params: dict[str, inspect.Parameter], needed: bool = False) -> bool:
+    return name in NEVER and not (name in WHEN_NEEDED and (needed or name in _required(params)))
+
+
 def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None = None) -> list[dict[str, Any]]:
     """Input dicts to try, best first."""
     hints = hints or Hints()
     config = model.config
     params = forward_parameters(model)
-    wanted = _wanted(model, params)
+    wanted = _wanted(model, params) + [n for n in hints.extra if n in params]
     gen = torch.Generator().manual_seed(seed)
     ctx = m.Context(config=config, model=model, gen=gen, batch=BATCH, hints=hints, params=params)
     if hints.text_width is None:
@@ -74,7 +84,7 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
 
     base: dict[str, Any] = {}
     for name in sorted(wanted, key=_priority):
-        recipe = m.RECIPES.get(name)
+        recipe = m.recipe_for(name, ctx)
         if recipe is None:
             continue
         value = recipe(ctx)
@@ -89,7 +99,8 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
             base.pop(name, None)
     variants = [base]
     variants += [{**base, **update} for update in m.alternative_layouts(ctx, base)]
-    missing = [n for n in _required(params) if n not in base and n not in NEVER]
+    missing = [n for n in [*_required(params), *hints.extra]
+               if n in params and n not in base and not _skipped(n, params, needed=n in hints.extra)]
     if missing:
         for v in variants:
             v.update({k: x for k, x in m.fallback(ctx, missing).items() if k not in v})
@@ -112,6 +123,7 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
     main = model.main_input_name
     names = [n for n in (main if isinstance(main, (list, tuple)) else [main]) if n in params]
     names += [n for n in params if n in _required(params)]
+    names += [n for n in params if n in WHEN_NEEDED and n in _required(params)]
     modalities = set(getattr(model, "input_modalities", ()) or ())
     for modality in ("vision", "audio"):  # a tower the config leaves out takes no inputs (text-only defaults)
         if f"{modality}_config" in getattr(type(config), "sub_configs", {}) and getattr(
@@ -143,7 +155,7 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
         names += list(m.TRAJECTORY_INPUTS)
     out = []
     for n in names:
-        if n not in out and n not in NEVER:
+        if n not in out and not _skipped(n, params):
             out.append(n)
     return out
 
@@ -183,9 +195,14 @@ _SIZE_AT_LAST = re.compile(r"size of tensor a \((\d+)\) must match the size of t
 _MATMUL = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
 
 
-def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None = None) -> bool:
+def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None = None,
+                 model: torch.nn.Module | None = None) -> bool:
     """Learn from a model's own check what the inputs must look like; True when a hint changed."""
     message = str(exc)
+    if model is not None and (_named_inputs(hints, message, candidate or {}, model)
+                              or _none_inputs(hints, exc, candidate or {}, model)
+                              or _named_tokens(hints, message, model)):
+        return True
     found = _MATMUL.search(message)
     features = (candidate or {}).get("input_features")
     size = _SIZE_AT_LAST.search(message)
@@ -211,9 +228,80 @@ def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | N
             setattr(hints, field, per_row)
             return True
         return False
+    if _stacked_images(hints, message, candidate or {}):
+        return True
     for pattern, field, value in _LEARNED_SIZES:
         found = pattern.search(message)
         if found and getattr(hints, field) != value(found):
             setattr(hints, field, value(found))
             return True
     return False
+
+
+# "Both pixel_values and high_res_pixel_values should be specified", "set `global_attention_mask` manually",
+# "`codebook_pixel_value` are required": a forward parameter the message names and the candidate lacks is added.
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def _named_inputs(hints: Hints, message: str, candidate: dict[str, Any], model: torch.nn.Module) -> bool:
+    params = forward_parameters(model)
+    words = set(_WORD.findall(message))
+    return _add_extra(hints, words, candidate, params)
+
+
+def _add_extra(hints: Hints, words: set[str], candidate: dict[str, Any], params: dict[str, inspect.Parameter]) -> bool:
+    named = [p for p in params if (p in words or p[:-1] in words) and "_" in p and p not in candidate
+             and p not in hints.extra and not _skipped(p, params, needed=True) and m.can_make(p)]
+    if named:
+        hints.extra = (*hints.extra, *named)
+    return bool(named)
+
+
+# "'NoneType' object has no attribute 'dim'" raised on `bool_masked_pos = self._resize_to_2d(bool_masked_pos)`: a
+# forward parameter the failing source line (in any frame of the traceback) reads and the candidate left out.
+def _none_inputs(hints: Hints, exc: BaseException, candidate: dict[str, Any], model: torch.nn.Module) -> bool:
+    if not isinstance(exc, (AttributeError, TypeError)) or "NoneType" not in str(exc):
+        return False
+    words: set[str] = set()
+    tb = exc.__traceback__
+    while tb is not None:
+        words.update(_WORD.findall(linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)))
+        tb = tb.tb_next
+    return _add_extra(hints, words, candidate, forward_parameters(model))
+
+
+# "All samples in the batch must have at least one question token": one `question_token_id` per row.
+_TOKEN_NEEDED = re.compile(r"at least one (\w+) token|(\w+) tokens? (?:is|are) (?:required|missing)", re.IGNORECASE)
+
+
+def _named_tokens(hints: Hints, message: str, model: torch.nn.Module) -> bool:
+    found = _TOKEN_NEEDED.search(message)
+    if not found:
+        return False
+    word = (found.group(1) or found.group(2)).lower()
+    ctx = m.Context(config=model.config, model=model, gen=torch.Generator(), batch=BATCH, hints=hints, params={})
+    token = ctx.find(f"{word}_token_id", f"{word}_token_index")
+    if not isinstance(token, int) or isinstance(token, bool) or token in hints.tokens:
+        return False
+    hints.tokens = (*hints.tokens, token)
+    return True
+
+
+# SegGPT stacks prompt and image along the height before patching: "Input image size (128*64) doesn't match model
+# (64*64)" scales each image's sides by what the model wants over what it got.
+_INPUT_SIZE = re.compile(r"Input image size \((\d+)\*(\d+)\) doesn't match model \((\d+)\*(\d+)\)")
+
+
+def _stacked_images(hints: Hints, message: str, candidate: dict[str, Any]) -> bool:
+    found = _INPUT_SIZE.search(message)
+    pixels = candidate.get("pixel_values")
+    if not found or not isinstance(pixels, torch.Tensor) or pixels.dim() < 3:
+        return False
+    got_h, got_w, want_h, want_w = (int(v) for v in found.groups())
+    h, w = pixels.shape[-2:]
+    size = (h * want_h // got_h, w * want_w // got_w)
+    if min(size) < 1 or size == (h, w) or hints.image_hw == size:
+        return False
+    hints.image_hw = size
+    return True
+

@@ -111,6 +111,8 @@ def _image_token_id(ctx: Context) -> int | None:
 
 
 def _image_side(ctx: Context) -> tuple[int, int]:
+    if getattr(ctx.hints, "image_hw", None):
+        return tuple(ctx.hints.image_hw)
     if getattr(ctx.hints, "image_side", None):
         return ctx.hints.image_side, ctx.hints.image_side
     size = ctx.find("image_size", where=lambda c: c is ctx.vision_config(), default=None)
@@ -147,6 +149,8 @@ def input_ids(ctx: Context) -> torch.Tensor:
     audio_input = next((k for k in ("input_features", "input_values") if k in ctx.made), None)
     if audio_id is not None and audio_input is not None:
         ids = _insert(ids, audio_id, ctx.hints.audio_tokens or 1)
+    for token in getattr(ctx.hints, "tokens", ()):  # special tokens the model said every row needs
+        ids = _insert(ids, token, 1)
     ctx.made["input_ids"] = ids
     return ids
 
@@ -268,6 +272,20 @@ def pixel_values(ctx: Context) -> torch.Tensor:
     else:
         values = ctx.floats(ctx.batch, c, h, w)
     ctx.made["pixel_values"] = values
+    return values
+
+
+def flattened_patches(ctx: Context) -> torch.Tensor:
+    """Pix2Struct: (B, patches, 2 + patch width), each patch led by its 1-based row and column on a 4 x 4 grid."""
+    patch = ctx.find("patch_size", default=16)
+    patch = patch[0] if isinstance(patch, (list, tuple)) else patch
+    width = int(ctx.find("patch_embed_hidden_size", default=None) or _channels(ctx) * patch * patch)
+    side = 4
+    rows, cols = torch.meshgrid(torch.arange(1, side + 1), torch.arange(1, side + 1), indexing="ij")
+    limit = int(ctx.find("seq_len", default=side + 1)) - 1  # row/column embeddings have seq_len entries
+    positions = torch.stack([rows.flatten(), cols.flatten()], dim=-1).clamp(max=max(0, limit)).float()
+    values = torch.cat([positions[None].repeat(ctx.batch, 1, 1), ctx.floats(ctx.batch, side * side, width)], dim=-1)
+    ctx.made["flattened_patches"] = values
     return values
 
 
@@ -503,7 +521,7 @@ def alternative_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, An
     return out
 
 
-CHOICE_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "bbox")
+CHOICE_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "bbox", "global_attention_mask")
 
 
 # -- time series ----------------------------------------------------------------------------------------------
@@ -579,6 +597,89 @@ def _trajectory(ctx: Context, name: str) -> torch.Tensor:
     return ctx.floats(ctx.batch, length, int(width))
 
 
+# -- inputs named after another input or a sub-config ---------------------------------------------------------
+
+
+def prefixed_pixel_values(ctx: Context, name: str) -> torch.Tensor:
+    """``high_res_pixel_values``, ``codebook_pixel_values``, ``prompt_pixel_values``: images for the sub-config
+    whose name holds the prefix (``high_res_vision_config``, ``image_codebook_config``), else like ``pixel_values``."""
+    prefix = name[: -len("pixel_values")].strip("_")
+    for c in ctx.configs():
+        for key in getattr(c, "sub_configs", {}) or {}:
+            sub = getattr(c, key, None)
+            if prefix and prefix in key and isinstance(sub, PreTrainedConfig):
+                size = getattr(sub, "image_size", None) or 64
+                h, w = (size[0], size[-1]) if isinstance(size, (list, tuple)) else (size, size)
+                channels = getattr(sub, "num_channels", None) or getattr(sub, "in_channels", None) or 3
+                values = ctx.floats(ctx.batch, int(channels), int(h), int(w))
+                ctx.made[name] = values
+                return values
+    main = ctx.made.get("pixel_values")
+    values = ctx.floats(*main.shape) if isinstance(main, torch.Tensor) else ctx.floats(ctx.batch, _channels(ctx),
+                                                                                       *_image_side(ctx))
+    ctx.made[name] = values
+    return values
+
+
+def _paired_mask(ctx: Context, name: str) -> torch.Tensor | None:
+    """``prompt_masks`` beside ``prompt_pixel_values``: a mask shaped like the images it belongs to."""
+    images = ctx.made.get(name.rstrip("s")[: -len("mask")] + "pixel_values")
+    return None if images is None else torch.ones_like(images)
+
+
+def _num_patches(ctx: Context) -> int:
+    for module in ctx.model.modules():  # the patch embedding knows (video: frames / tubelet * patches per frame)
+        value = getattr(module, "num_patches", None)
+        if isinstance(value, int) and value > 0:
+            return value
+    h, w = _image_side(ctx)
+    patch = ctx.find("patch_size", default=16)
+    patch = patch[0] if isinstance(patch, (list, tuple)) else patch
+    return max(1, (h // patch) * (w // patch))
+
+
+def bool_masked_pos(ctx: Context) -> torch.Tensor:
+    """Half of the patches masked, the same count in every row (batched masked-modeling needs equal counts)."""
+    n = _num_patches(ctx)
+    order = torch.stack([torch.randperm(n, generator=ctx.gen) for _ in range(ctx.batch)])
+    return order < max(1, n // 2)
+
+
+def encoder_hidden_states(ctx: Context) -> torch.Tensor:
+    """States of an encoder the model cross-attends to (Q-Former over image features): (B, S, encoder width)."""
+    width = ctx.find("encoder_hidden_size", "cross_attention_hidden_size", "hidden_size", default=32)
+    values = ctx.floats(ctx.batch, SEQ, int(width))
+    ctx.made["encoder_hidden_states"] = values
+    return values
+
+
+def global_attention_mask(ctx: Context) -> torch.Tensor | None:
+    """Longformer: global attention on the first (<s>/[CLS]) token only, as for classification."""
+    ids = ctx.made.get("input_ids")
+    if ids is None:
+        return None
+    mask = torch.zeros_like(ids)
+    mask[:, 0] = 1
+    return mask
+
+
+def recipe_for(name: str, ctx: Context | None = None) -> Callable[[Context], Any] | None:
+    """The recipe for a forward parameter: by its exact name, else by what its name says it is."""
+    if name in RECIPES:
+        return RECIPES[name]
+    if name.endswith("pixel_values"):
+        return lambda ctx: prefixed_pixel_values(ctx, name)
+    if name.endswith(("_mask", "_masks")) and ctx is not None and (
+            name.rstrip("s")[: -len("mask")] + "pixel_values") in ctx.params:
+        return lambda ctx: _paired_mask(ctx, name)
+    return None
+
+
+def can_make(name: str) -> bool:
+    """Whether a recipe or the fallback can make this parameter."""
+    return name in RECIPES or name.endswith(("pixel_values", "mask", "masks", "ids", "embeds"))
+
+
 # -- fallback for other required parameters -------------------------------------------------------------------
 
 
@@ -624,6 +725,13 @@ RECIPES: dict[str, Callable[[Context], Any]] = {
     "hidden_states": lambda ctx: pixel_values(ctx) if "grid_thw" in ctx.params else None,
     **{name: (lambda ctx, name=name: _trajectory(ctx, name)) for name in TRAJECTORY_INPUTS},
     "pixel_mask": pixel_mask,
+    "flattened_patches": flattened_patches,
+    "bool_masked_pos": bool_masked_pos,
+    "encoder_hidden_states": encoder_hidden_states,
+    "encoder_attention_mask": lambda ctx: (torch.ones(ctx.made["encoder_hidden_states"].shape[:2], dtype=torch.long)
+                                           if "encoder_hidden_states" in ctx.made else None),
+    "global_attention_mask": global_attention_mask,
+    "classes_structure": lambda ctx: torch.ones(ctx.batch, dtype=torch.long),  # one class prompt per image
     "image_sizes": image_sizes,
     "input_features": input_features,
     "input_values": input_values,

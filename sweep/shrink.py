@@ -730,6 +730,8 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
         for key, value in (implicit_defaults or {}).items():
             if key in node.fields and isinstance(value, dict) and (node.args.get(key) or "rope" in key):
                 node.args[key] = {**(node.args.get(key) or {}), **value}
+            elif key in node.fields and not isinstance(value, dict) and node.args.get(key) is None:
+                node.args[key] = value  # a scalar the modeling code reads unconditionally (sliding_window)
     if overrides:
         root.apply(overrides)
     return build_with_repairs(root)
@@ -742,7 +744,14 @@ _SPLIT_SECTIONS = re.compile(r"split_with_sizes expects split_sizes to sum exact
                              r"dimension -1\).*?split_sizes=\[([\d, ]+)\]")
 
 
+# Models that build a sliding-window mask even when no layer slides (Step3p7) need a window in the config.
+_NO_WINDOW = re.compile(r"Could not find a `sliding_window` argument in the config, or it is not set")
+IMPLICIT_WINDOW = 4
+
+
 def implicit_default_from_error(message: str) -> dict | None:
+    if _NO_WINDOW.search(message):
+        return {"sliding_window": IMPLICIT_WINDOW}
     found = _SPLIT_SECTIONS.search(message)
     if not found:
         return None

@@ -183,7 +183,7 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
                 raise as_missing_dependency(name, exc) from exc
             except Exception as exc:  # noqa: BLE001 - the first error is reported if no candidate runs
                 errors.append(f"{type(exc).__name__}: {exc}")
-                if inputs.refine_hints(hints, exc, candidate):
+                if inputs.refine_hints(hints, exc, candidate, model):
                     refined = True
                     break
         if not refined:

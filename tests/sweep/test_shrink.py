@@ -205,3 +205,10 @@ def test_profiles_shrink_llama_under_budget(profile):
     torch.manual_seed(0)
     model = LlamaForCausalLM(shrink.shrink_config(LlamaConfig, profile))
     assert sum(p.numel() for p in model.parameters()) < 5_000_000
+
+
+def test_a_missing_sliding_window_the_forward_reads_is_an_implicit_default():
+    from sweep.shrink import IMPLICIT_WINDOW, implicit_default_from_error
+
+    message = "ValueError: Could not find a `sliding_window` argument in the config, or it is not set"
+    assert implicit_default_from_error(message) == {"sliding_window": IMPLICIT_WINDOW}
