@@ -165,6 +165,7 @@ _PLACEHOLDERS = re.compile(r"(image|audio|video)?\s*(?:features|embeddings)? and
                            r"tokens:?\s*(\d+)\D{1,40}?features:?\s*(\d+)", re.IGNORECASE | re.DOTALL)
 _MULTIPLE = re.compile(r"feature_length` to be a multiple of .{0,40}?\((\d+)\), but got (\d+)")
 _PATCH_WIDTH = re.compile(r"pixel_values has patch width \d+ but the model expects (\d+)")
+_VECTORS_FOR = re.compile(r"Got (\d+) feature vectors for \d+ placeholder tokens")
 _PATCHES_FOR = re.compile(r"Got (\d+) image patches for \d+ image placeholder tokens")
 _TOO_SMALL = re.compile(r"too small to be scaled with scaled_images_ratios=\[([\d.]+)[^\]]*\] when patch_size=(\d+)")
 _SAMPLES = re.compile(r"input_values`? length (\d+) is not a multiple of (\d+)")
@@ -183,6 +184,7 @@ _LEARNED_SIZES = (
     (_MULTIPLE, "frames", lambda m: _round_up(int(m.group(2)), int(m.group(1)))),
     (_PATCH_WIDTH, "patch_width", lambda m: int(m.group(1))),
     (_PATCHES_FOR, "image_tokens", lambda m: max(1, int(m.group(1)) // BATCH)),
+    (_VECTORS_FOR, "image_tokens", lambda m: max(1, int(m.group(1)) // BATCH)),
     (_TOO_SMALL, "image_side", lambda m: int(math.ceil(int(m.group(2)) / float(m.group(1))))),
     (_SAMPLES, "samples", lambda m: _round_up(int(m.group(1)), int(m.group(2)))),
     (_TILES, "tiles", lambda m: int(m.group(1))),
@@ -212,6 +214,13 @@ def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | N
         # the audio features' last dimension feeds the first Linear (stacked frames): (B, T, wanted)
         if features.shape[-1] == got and got != wanted and hints.feature_dim != wanted:
             hints.feature_dim = wanted
+            return True
+    pixels = (candidate or {}).get("pixel_values")
+    if found and isinstance(pixels, torch.Tensor) and pixels.dim() == 4 and pixels.shape[-1] == int(found.group(2)):
+        # image rows fed straight to a Linear (Fuyu): the pixels are flattened patches of the Linear's width
+        wanted = int(found.group(3))
+        if wanted != pixels.shape[-1] and hints.patch_width != wanted:
+            hints.patch_width = wanted
             return True
     found = _PLACEHOLDERS.search(message)
     if found:

@@ -242,7 +242,7 @@ def visual_pos(ctx: Context) -> torch.Tensor:
 def pixel_values(ctx: Context) -> torch.Tensor:
     h, w = _image_side(ctx)
     c = _channels(ctx)
-    if "image_grid_thw" in ctx.params or "grid_thw" in ctx.params:
+    if "image_grid_thw" in ctx.params or "grid_thw" in ctx.params or "image_grid_hw" in ctx.params:
         return _patchified_pixels(ctx, c, h, w)
     if getattr(ctx.hints, "patch_width", None):  # flattened patches, one placeholder each (NeoMME)
         per_row = ctx.hints.image_tokens or 4
@@ -305,6 +305,7 @@ def _patchified_pixels(ctx: Context, c: int, h: int, w: int) -> torch.Tensor:
     gh, gw = h // patch, w // patch
     grid = torch.tensor([[1, gh, gw]] * ctx.batch)
     ctx.made["image_grid_thw"] = ctx.made["grid_thw"] = grid
+    ctx.made["image_grid_hw"] = grid[:, 1:]  # (height, width) grids without the temporal axis (Nemotron-H Omni)
     merge = ctx.find("spatial_merge_size", "merge_size", default=1)
     ctx.hints.image_tokens = ctx.hints.image_tokens or (gh * gw) // (merge * merge)
     values = ctx.floats(ctx.batch * gh * gw, c * temporal * patch * patch)

@@ -396,6 +396,13 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
                 and key not in CHANNEL_LISTS and any(w in key.lower() for w in ("channel", "hidden", "dim"))):
             args[key] = type(value)(new_width for _ in value)
             node.width_lists.add(key)
+        # A ramp of channels ending at a model width (UnlimitedOCR's downsample_channels = (512, 1024) into a
+        # 1024-wide tower) keeps its ratios and ends at the new width.
+        elif (_int_list(value) and len(set(value)) > 1 and value[-1] in widths and value[-1] > new_width
+              and max(value) == value[-1] and key not in CHANNEL_LISTS
+              and any(w in key.lower() for w in ("channel", "hidden", "dim"))):
+            args[key] = type(value)(max(1, v * new_width // value[-1]) for v in value)
+            node.width_lists.add(key)
 
     # Layer counts, never below what layer types and layer indices need.
     for key in LAYER_INDEX_FIELDS:  # indices __post_init__ derives from constants are remapped like given ones

@@ -107,3 +107,27 @@ def test_global_attention_on_the_first_token_and_in_the_multiple_choice_layout()
     mask = m.global_attention_mask(ctx)
     assert mask[:, 0].tolist() == [1, 1] and mask[:, 1:].sum() == 0
     assert "global_attention_mask" in m.CHOICE_INPUTS
+
+
+def test_image_rows_fed_to_a_linear_become_flattened_patches_of_its_width():
+    hints = inputs.Hints()
+    exc = RuntimeError("mat1 and mat2 shapes cannot be multiplied (720x120 and 2700x32)")
+    assert inputs.refine_hints(hints, exc, {"pixel_values": torch.zeros(2, 3, 120, 120)})
+    assert hints.patch_width == 2700
+
+
+def test_feature_vectors_per_placeholder_set_the_image_token_count():
+    hints = inputs.Hints()
+    assert inputs.refine_hints(hints, ValueError("Got 8 feature vectors for 32 placeholder tokens (id 1021)"))
+    assert hints.image_tokens == 4
+
+
+def test_height_width_grids_come_with_patchified_pixels():
+    class _GridModel(_Model):
+        def forward(self, input_ids=None, pixel_values=None, image_grid_hw=None):
+            return pixel_values
+
+    model = _GridModel(image_size=16, patch_size=4, num_channels=3)
+    ctx = _ctx(model)
+    x = m.pixel_values(ctx)
+    assert x.shape == (2 * 16, 3 * 4 * 4) and ctx.made["image_grid_hw"].tolist() == [[4, 4], [4, 4]]

@@ -212,3 +212,11 @@ def test_a_missing_sliding_window_the_forward_reads_is_an_implicit_default():
 
     message = "ValueError: Could not find a `sliding_window` argument in the config, or it is not set"
     assert implicit_default_from_error(message) == {"sliding_window": IMPLICIT_WINDOW}
+
+
+def test_a_channel_ramp_ending_at_a_model_width_ends_at_the_new_width():
+    from transformers.models.unlimited_ocr.configuration_unlimited_ocr import UnlimitedOcrConfig
+
+    config = shrink.shrink_config(UnlimitedOcrConfig)
+    channels = list(config.vision_config.sam_config.downsample_channels)
+    assert channels == [channels[-1] // 2, config.vision_config.encoder_config.hidden_size]
