@@ -396,6 +396,13 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
                 and key not in CHANNEL_LISTS and any(w in key.lower() for w in ("channel", "hidden", "dim"))):
             args[key] = type(value)(new_width for _ in value)
             node.width_lists.add(key)
+        # A ramp of channels ending at a model width (UnlimitedOCR's downsample_channels = (512, 1024) into a
+        # 1024-wide tower) keeps its ratios and ends at the new width.
+        elif (_int_list(value) and len(set(value)) > 1 and value[-1] in widths and value[-1] > new_width
+              and max(value) == value[-1] and key not in CHANNEL_LISTS
+              and any(w in key.lower() for w in ("channel", "hidden", "dim"))):
+            args[key] = type(value)(max(1, v * new_width // value[-1]) for v in value)
+            node.width_lists.add(key)
 
     # Layer counts, never below what layer types and layer indices need.
     for key in LAYER_INDEX_FIELDS:  # indices __post_init__ derives from constants are remapped like given ones
@@ -733,6 +740,8 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
         for key, value in (implicit_defaults or {}).items():
             if key in node.fields and isinstance(value, dict) and (node.args.get(key) or "rope" in key):
                 node.args[key] = {**(node.args.get(key) or {}), **value}
+            elif key in node.fields and not isinstance(value, dict) and node.args.get(key) is None:
+                node.args[key] = value  # a scalar the modeling code reads unconditionally (sliding_window)
     if overrides:
         root.apply(overrides)
     return build_with_repairs(root)
@@ -745,7 +754,14 @@ _SPLIT_SECTIONS = re.compile(r"split_with_sizes expects split_sizes to sum exact
                              r"dimension -1\).*?split_sizes=\[([\d, ]+)\]")
 
 
+# Models that build a sliding-window mask even when no layer slides (Step3p7) need a window in the config.
+_NO_WINDOW = re.compile(r"Could not find a `sliding_window` argument in the config, or it is not set")
+IMPLICIT_WINDOW = 4
+
+
 def implicit_default_from_error(message: str) -> dict | None:
+    if _NO_WINDOW.search(message):
+        return {"sliding_window": IMPLICIT_WINDOW}
     found = _SPLIT_SECTIONS.search(message)
     if not found:
         return None

@@ -176,7 +176,6 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
     lesson never hides a layout that already runs.
     """
     hints = inputs.Hints()
-    params = inputs.forward_parameters(model)
     errors: list[str] = []
     for _ in range(MISMATCH_RETRIES + 1):
         refined: inputs.Hints | None = None
@@ -191,7 +190,7 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
                 errors.append(f"{type(exc).__name__}: {exc}")
                 if refined is None:
                     trial = copy.deepcopy(hints)
-                    if inputs.refine_hints(trial, exc, candidate, params):
+                    if inputs.refine_hints(trial, exc, candidate, model):
                         refined = trial
                 del exc
         if refined is None:

@@ -212,3 +212,18 @@ def test_windows_pooled_by_a_downsampling_rate_keep_a_whole_multiple():
 
     config = shrink.shrink_config(GraniteSpeechConfig)
     assert config.window_size % config.downsample_rate == 0 and config.window_size // config.downsample_rate >= 1
+
+
+def test_a_missing_sliding_window_the_forward_reads_is_an_implicit_default():
+    from sweep.shrink import IMPLICIT_WINDOW, implicit_default_from_error
+
+    message = "ValueError: Could not find a `sliding_window` argument in the config, or it is not set"
+    assert implicit_default_from_error(message) == {"sliding_window": IMPLICIT_WINDOW}
+
+
+def test_a_channel_ramp_ending_at_a_model_width_ends_at_the_new_width():
+    from transformers.models.unlimited_ocr.configuration_unlimited_ocr import UnlimitedOcrConfig
+
+    config = shrink.shrink_config(UnlimitedOcrConfig)
+    channels = list(config.vision_config.sam_config.downsample_channels)
+    assert channels == [channels[-1] // 2, config.vision_config.encoder_config.hidden_size]
