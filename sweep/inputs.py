@@ -47,6 +47,7 @@ class Hints:
     image_side: int | None = None  # image side the model asked for (multi-scale patching)
     patch_width: int | None = None  # pixels as flattened patches (num_patches, patch_width), as the model asked
     text_width: int | None = None  # hidden size of the text model (some checks count features as numel)
+    no_cache: bool = False  # the forward failed building its KV cache: run it with use_cache=False
 
 
 def forward_parameters(model: torch.nn.Module) -> dict[str, inspect.Parameter]:
@@ -87,6 +88,8 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
     if "inputs" in base:  # Perceiver: `inputs` replaces the named inputs
         for name in GENERIC_ALTERNATIVES:
             base.pop(name, None)
+    if hints.no_cache and "use_cache" in params:
+        base["use_cache"] = False
     variants = [base]
     variants += [{**base, **update} for update in m.alternative_layouts(ctx, base)]
     missing = [n for n in _required(params) if n not in base and n not in NEVER]
@@ -183,9 +186,22 @@ _SIZE_AT_LAST = re.compile(r"size of tensor a \((\d+)\) must match the size of t
 _MATMUL = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
 
 
+def _raised_in_cache(exc: BaseException) -> bool:
+    """Whether the error was raised while building or filling the KV cache (transformers' cache_utils)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("transformers/cache_utils.py"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None = None) -> bool:
     """Learn from a model's own check what the inputs must look like; True when a hint changed."""
     message = str(exc)
+    if not hints.no_cache and _raised_in_cache(exc):
+        hints.no_cache = True  # a config the cache cannot read (BLT's layer count lives in its sub-configs)
+        return True
     found = _MATMUL.search(message)
     features = (candidate or {}).get("input_features")
     size = _SIZE_AT_LAST.search(message)
