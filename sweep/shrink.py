@@ -366,10 +366,12 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
                 args[key] = new_width
         elif _is_intermediate_name(key) and value > profile.intermediate:
             args[key] = profile.intermediate
-    # Feature dims equal to a width this node just shrank (Mimi's codebook_dim = its VQ hidden dimension).
+    # Feature dims equal to a width this node just shrank (Mimi's codebook_dim = its VQ hidden dimension, ZoeDepth's
+    # bottleneck_features = its fusion_hidden_size).
     shrunk = {before: args[k] for k, before in before_widths.items() if args.get(k) != before}
     for key, value in list(args.items()):
-        if (_is_int(value) and value in shrunk and key.endswith(("_dim", "_dimension")) and key not in HEAD_DIMS
+        if (_is_int(value) and value in shrunk and (key.endswith(("_dim", "_dimension")) or (
+                key.endswith("_features") and not key.startswith("num_"))) and key not in HEAD_DIMS
                 and key not in ROPE_HEAD_DIMS and "head" not in key and not _is_intermediate_name(key)):
             args[key] = shrunk[value]
     # 2-D layout embeddings (LayoutLMv3): 4 coordinate embeddings and 2 shape embeddings concatenate to the width.

@@ -140,6 +140,19 @@ def test_block_tables_follow_the_channel_map():
     assert max(block[2] for block in blocks) <= 64
 
 
+def test_feature_counts_equal_to_a_shrunk_width_follow_it():
+    from transformers import ZoeDepthConfig
+
+    config = shrink.shrink_config(ZoeDepthConfig)
+    assert config.bottleneck_features == config.fusion_hidden_size < 256
+
+
+def test_backbone_outputs_a_parent_passed_are_kept():
+    from transformers import UperNetConfig
+
+    assert shrink.shrink_config(UperNetConfig).backbone_config.out_features == ["stage1", "stage2", "stage3", "stage4"]
+
+
 def test_missing_padding_id_is_filled_inside_the_vocab():
     config = shrink.shrink_config(LlamaConfig)
     assert config.pad_token_id is not None and 0 <= config.pad_token_id < config.vocab_size
