@@ -15,12 +15,12 @@ import dataclasses
 import math
 import re
 import inspect
-import linecache
 from typing import Any
 
 import torch
 
 from sweep import modalities as m
+from sweep.errors import failing_statements
 
 BATCH = 2
 SEQ = 8
@@ -55,6 +55,7 @@ class Hints:
     bounds: dict[str, int] = dataclasses.field(default_factory=dict)  # ids must stay below (an embedding's size)
     extra: tuple[str, ...] = ()  # optional forward parameters the forward turned out to need (see _add_extra)
     tokens: tuple[int, ...] = ()  # special tokens every row must hold ("at least one question token")
+    no_cache: bool = False  # the forward failed building its KV cache: run it with use_cache=False
 
 
 def forward_parameters(model: torch.nn.Module) -> dict[str, inspect.Parameter]:
@@ -103,6 +104,8 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
     if "inputs" in base:  # Perceiver: `inputs` replaces the named inputs
         for name in GENERIC_ALTERNATIVES:
             base.pop(name, None)
+    if hints.no_cache and "use_cache" in params:
+        base["use_cache"] = False
     # required parameters (even those never synthesised otherwise) and optional ones the forward turned out to
     # need (hints.extra), by name, annotation and config
     missing = [n for n in [*_required(params), *hints.extra] if n in params and n not in base]
@@ -224,15 +227,25 @@ _SIZE_AT_LAST = re.compile(r"size of tensor a \((\d+)\) must match the size of t
 _MATMUL = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
 
 
+def _raised_in_cache(exc: BaseException) -> bool:
+    """Whether the error was raised while building or filling the KV cache (transformers' cache_utils)."""
+    return any(f.f_code.co_filename.replace("\\", "/").endswith("transformers/cache_utils.py")
+               for f, _, _ in failing_statements(exc))
+
+
 def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None = None,
                  model: torch.nn.Module | None = None) -> bool:
     """Learn from a model's own errors what the inputs must look like; True when a hint changed.
 
-    The first rule that teaches something wins: with the model (its forward signature), inputs the forward needs
-    after all (:func:`_needed_inputs`) and special tokens the message asks for; then checks keyed on the message
-    (:func:`_refine_named`); then the input the failing operation was handed (:func:`_refine_by_culprit`).
+    The first rule that teaches something wins: an error raised building the KV cache turns the cache off; with the
+    model (its forward signature), inputs the forward needs after all (:func:`_needed_inputs`) and special tokens
+    the message asks for; then checks keyed on the message (:func:`_refine_named`); then the input the failing
+    operation was handed (:func:`_refine_by_culprit`).
     """
     candidate = candidate or {}
+    if not hints.no_cache and _raised_in_cache(exc):
+        hints.no_cache = True  # a config the cache cannot read (BLT's layer count lives in its sub-configs)
+        return True
     if model is not None and (_needed_inputs(hints, exc, candidate, forward_parameters(model))
                               or _named_tokens(hints, str(exc), model)):
         return True
@@ -306,22 +319,9 @@ _BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tens
                         r"dimension (\d+)")
 
 
-def _frames(exc: BaseException) -> list[tuple[Any, int, int]]:
-    """(frame, first line, last line) of the failing statement in each frame, innermost last."""
-    out = []
-    tb = exc.__traceback__
-    while tb is not None:
-        positions = next((p for i, p in enumerate(tb.tb_frame.f_code.co_positions()) if 2 * i == tb.tb_lasti),
-                         None)
-        first, last = (positions[0], positions[1]) if positions and positions[0] else (tb.tb_lineno, tb.tb_lineno)
-        out.append((tb.tb_frame, first or tb.tb_lineno, last or tb.tb_lineno))
-        tb = tb.tb_next
-    return out
-
-
 def _model_frames(exc: BaseException, depth: int) -> list[Any]:
     """The innermost ``depth`` frames that do work (no module-call or decorator wrappers), innermost first."""
-    frames = [f for f, _, _ in reversed(_frames(exc))
+    frames = [f for f, _, _ in failing_statements(exc)
               if not f.f_code.co_filename.replace("\\", "/").endswith(_WRAPPER_FILES)]
     return frames[:depth]
 
@@ -449,8 +449,7 @@ def _needed_inputs(hints: Hints, exc: BaseException, candidate: dict[str, Any],
         return True
     if "None" not in message:
         return False
-    for frame, first, last in reversed(_frames(exc)):
-        statement = "".join(linecache.getline(frame.f_code.co_filename, i) for i in range(first, last + 1))
+    for frame, _, statement in failing_statements(exc):
         read = set(_WORD.findall(statement))
         local = frame.f_locals
         if _add_extra(hints, {p for p in params if p in read and local.get(p) is None}, candidate, params):

@@ -7,10 +7,11 @@ from __future__ import annotations
 import inspect
 
 import torch
-from transformers import PreTrainedConfig
+from transformers import PreTrainedConfig, cache_utils
 
 from sweep import inputs
 from sweep import modalities as m
+from sweep.errors import failing_statements
 
 
 class _Config(PreTrainedConfig):
@@ -268,3 +269,24 @@ def test_height_width_grids_come_with_patchified_pixels():
     ctx = _ctx(model)
     x = m.pixel_values(ctx)
     assert x.shape == (2 * 16, 3 * 4 * 4) and ctx.made["image_grid_hw"].tolist() == [[4, 4], [4, 4]]
+
+
+def test_an_error_building_the_cache_turns_the_cache_off():
+    hints = inputs.Hints()
+    try:
+        cache_utils.get_layer_types_and_kwargs(object())  # a config the cache cannot read
+    except Exception as exc:  # noqa: BLE001
+        assert inputs.refine_hints(hints, exc)
+        assert hints.no_cache and not inputs.refine_hints(hints, exc)  # learned once
+    assert not inputs.refine_hints(inputs.Hints(), ValueError("elsewhere"))
+
+
+def test_failing_statements_are_innermost_first_and_whole():
+    def inner(x):
+        return (x
+                .sum())
+
+    exc = _raise_inside(lambda: inner(None))
+    frame, first, statement = failing_statements(exc)[0]
+    assert frame.f_code.co_name == "inner" and "sum" in statement
+    assert failing_statements(exc)[1][0].f_code.co_name == "<lambda>"
