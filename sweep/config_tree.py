@@ -113,6 +113,12 @@ def raw_tree(config: PreTrainedConfig, is_root: bool = True, from_defaults: bool
         for key, value in vars(config).items():
             if key not in known and not key.startswith("_") and not isinstance(value, PreTrainedConfig):
                 args[key] = value
+        for key, value in vars(config).items():
+            # a backbone's out_features/out_indices a parent passed (UperNet's four stages), kept behind a property
+            public = key.lstrip("_")
+            if (key.startswith("_") and public not in args and isinstance(getattr(cls, public, None), property)
+                    and value is not None and _differs(value, vars(fresh).get(key))):
+                args[public] = value
     for key, child in list(children.items()):
         native = _native_backbone(cls, key, child)
         if native is not None:

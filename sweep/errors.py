@@ -9,8 +9,10 @@ provide it (then a missing one is a setup bug, not a reason to skip).
 from __future__ import annotations
 
 import functools
+import linecache
 import re
 from pathlib import Path
+from types import FrameType
 
 import yaml
 
@@ -70,3 +72,18 @@ def installable(package: str | None) -> bool:
 def as_missing_dependency(class_name: str, exc: BaseException) -> ZooError:
     package = package_of(exc)
     return ZooError(class_name, MISSING_DEPENDENCY, f"{type(exc).__name__}: {exc}", package=package)
+
+
+def failing_statements(exc: BaseException) -> list[tuple[FrameType, int, str]]:
+    """Each frame of ``exc``'s traceback, innermost first, with the first line and the source of the statement that
+    failed there (every line of a multi-line statement)."""
+    out = []
+    tb = exc.__traceback__
+    while tb is not None:
+        positions = next((p for i, p in enumerate(tb.tb_frame.f_code.co_positions()) if 2 * i == tb.tb_lasti), None)
+        first, last = (positions[0], positions[1]) if positions and positions[0] else (tb.tb_lineno, tb.tb_lineno)
+        first, last = first or tb.tb_lineno, last or first or tb.tb_lineno
+        filename = tb.tb_frame.f_code.co_filename
+        out.append((tb.tb_frame, first, "".join(linecache.getline(filename, n) for n in range(first, last + 1))))
+        tb = tb.tb_next
+    return out[::-1]

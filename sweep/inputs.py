@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from sweep import modalities as m
+from sweep.errors import failing_statements
 
 BATCH = 2
 SEQ = 8
@@ -31,6 +32,8 @@ NEVER = {"labels", "past_key_values", "inputs_embeds", "decoder_inputs_embeds", 
          "encoder_outputs", "logits_to_keep", "num_logits_to_keep", "start_positions", "end_positions",
          "next_sentence_label", "mc_labels", "future_values", "mask_labels", "class_labels", "sentence_order_label",
          "output_router_logits", "interpolate_pos_encoding", "bool_masked_pos", "noise", "mm_encoder_outputs"}
+# ... unless the forward requires them or the model's own error names them (masked pre-training heads).
+WHEN_NEEDED = {"bool_masked_pos"}
 
 
 @dataclasses.dataclass
@@ -45,11 +48,14 @@ class Hints:
     text_len: int = SEQ
     samples: int | None = None  # waveform length the model asked for (a multiple of its hop)
     image_side: int | None = None  # image side the model asked for (multi-scale patching)
+    image_hw: tuple[int, int] | None = None  # (height, width) per image, when images are stacked before patching
     patch_width: int | None = None  # pixels as flattened patches (num_patches, patch_width), as the model asked
     text_width: int | None = None  # hidden size of the text model (some checks count features as numel)
     shapes: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)  # learned per input
     bounds: dict[str, int] = dataclasses.field(default_factory=dict)  # ids must stay below (an embedding's size)
-    extra: list[str] = dataclasses.field(default_factory=list)  # optional inputs the forward turned out to need
+    extra: tuple[str, ...] = ()  # optional forward parameters the forward turned out to need (see _add_extra)
+    tokens: tuple[int, ...] = ()  # special tokens every row must hold ("at least one question token")
+    no_cache: bool = False  # the forward failed building its KV cache: run it with use_cache=False
 
 
 def forward_parameters(model: torch.nn.Module) -> dict[str, inspect.Parameter]:
@@ -61,12 +67,20 @@ def _required(params: dict[str, inspect.Parameter]) -> set[str]:
     return {k for k, p in params.items() if p.default is inspect.Parameter.empty}
 
 
+def _skipped(name: str, params: dict[str, inspect.Parameter], needed: bool = False) -> bool:
+    """Whether a parameter stays unfilled: in NEVER or a training target (``*_labels``), unless it is WHEN_NEEDED
+    and required or named as ``needed``. (A required parameter is always filled, by the fallback when no recipe
+    makes it.)"""
+    never = name in NEVER or name.endswith(("labels", "label"))
+    return never and not (name in WHEN_NEEDED and (needed or name in _required(params)))
+
+
 def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None = None) -> list[dict[str, Any]]:
     """Input dicts to try, best first."""
     hints = hints or Hints()
     config = model.config
     params = forward_parameters(model)
-    wanted = _wanted(model, params) + [n for n in hints.extra if n in params]
+    wanted = list(dict.fromkeys(_wanted(model, params) + [n for n in hints.extra if n in params]))
     gen = torch.Generator().manual_seed(seed)
     ctx = m.Context(config=config, model=model, gen=gen, batch=BATCH, hints=hints, params=params)
     if hints.text_width is None:
@@ -77,7 +91,7 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
 
     base: dict[str, Any] = {}
     for name in sorted(wanted, key=_priority):
-        recipe = m.RECIPES.get(name)
+        recipe = m.recipe_for(name, ctx)
         if recipe is None:
             continue
         value = recipe(ctx)
@@ -90,9 +104,11 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
     if "inputs" in base:  # Perceiver: `inputs` replaces the named inputs
         for name in GENERIC_ALTERNATIVES:
             base.pop(name, None)
+    if hints.no_cache and "use_cache" in params:
+        base["use_cache"] = False
     # required parameters (even those never synthesised otherwise) and optional ones the forward turned out to
-    # need, by name, annotation and config
-    missing = [n for n in _required(params) if n not in base] + [n for n in hints.extra if n not in base]
+    # need (hints.extra), by name, annotation and config
+    missing = [n for n in [*_required(params), *hints.extra] if n in params and n not in base]
     fallen = m.fallback(ctx, list(dict.fromkeys(missing))) if missing else {}
     base.update(fallen)
     variants = [base]
@@ -169,7 +185,7 @@ def _wanted(model: torch.nn.Module, params: dict[str, inspect.Parameter]) -> lis
         names += list(m.TRAJECTORY_INPUTS)
     out = []
     for n in names:
-        if n not in out and n not in NEVER:
+        if n not in out and not _skipped(n, params):
             out.append(n)
     return out
 
@@ -179,6 +195,7 @@ _PLACEHOLDERS = re.compile(r"(image|audio|video)?\s*(?:features|embeddings)? and
                            r"tokens:?\s*(\d+)\D{1,40}?features:?\s*(\d+)", re.IGNORECASE | re.DOTALL)
 _MULTIPLE = re.compile(r"feature_length` to be a multiple of .{0,40}?\((\d+)\), but got (\d+)")
 _PATCH_WIDTH = re.compile(r"pixel_values has patch width \d+ but the model expects (\d+)")
+_VECTORS_FOR = re.compile(r"Got (\d+) feature vectors for \d+ placeholder tokens")
 _PATCHES_FOR = re.compile(r"Got (\d+) image patches for \d+ image placeholder tokens")
 _TOO_SMALL = re.compile(r"too small to be scaled with scaled_images_ratios=\[([\d.]+)[^\]]*\] when patch_size=(\d+)")
 _SAMPLES = re.compile(r"input_values`? length (\d+) is not a multiple of (\d+)")
@@ -197,6 +214,7 @@ _LEARNED_SIZES = (
     (_MULTIPLE, "frames", lambda m: _round_up(int(m.group(2)), int(m.group(1)))),
     (_PATCH_WIDTH, "patch_width", lambda m: int(m.group(1))),
     (_PATCHES_FOR, "image_tokens", lambda m: max(1, int(m.group(1)) // BATCH)),
+    (_VECTORS_FOR, "image_tokens", lambda m: max(1, int(m.group(1)) // BATCH)),
     (_TOO_SMALL, "image_side", lambda m: int(math.ceil(int(m.group(2)) / float(m.group(1))))),
     (_SAMPLES, "samples", lambda m: _round_up(int(m.group(1)), int(m.group(2)))),
     (_TILES, "tiles", lambda m: int(m.group(1))),
@@ -209,12 +227,31 @@ _SIZE_AT_LAST = re.compile(r"size of tensor a \((\d+)\) must match the size of t
 _MATMUL = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
 
 
+def _raised_in_cache(exc: BaseException) -> bool:
+    """Whether the error was raised while building or filling the KV cache (transformers' cache_utils)."""
+    return any(f.f_code.co_filename.replace("\\", "/").endswith("transformers/cache_utils.py")
+               for f, _, _ in failing_statements(exc))
+
+
 def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None = None,
-                 params: dict[str, inspect.Parameter] | None = None) -> bool:
-    """Learn from a model's own check what the inputs must look like; True when a hint changed."""
+                 model: torch.nn.Module | None = None) -> bool:
+    """Learn from a model's own errors what the inputs must look like; True when a hint changed.
+
+    The first rule that teaches something wins: an error raised building the KV cache turns the cache off; with the
+    model (its forward signature), inputs the forward needs after all (:func:`_needed_inputs`) and special tokens
+    the message asks for; then checks keyed on the message (:func:`_refine_named`); then the input the failing
+    operation was handed (:func:`_refine_by_culprit`).
+    """
+    candidate = candidate or {}
+    if not hints.no_cache and _raised_in_cache(exc):
+        hints.no_cache = True  # a config the cache cannot read (BLT's layer count lives in its sub-configs)
+        return True
+    if model is not None and (_needed_inputs(hints, exc, candidate, forward_parameters(model))
+                              or _named_tokens(hints, str(exc), model)):
+        return True
     if _refine_named(hints, exc, candidate):
         return True
-    return _refine_by_culprit(hints, exc, candidate or {}, params or {})
+    return _refine_by_culprit(hints, exc, candidate)
 
 
 def _refine_named(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None) -> bool:
@@ -229,6 +266,13 @@ def _refine_named(hints: Hints, exc: BaseException, candidate: dict[str, Any] | 
         # the audio features' last dimension feeds the first Linear (stacked frames): (B, T, wanted)
         if features.shape[-1] == got and got != wanted and hints.feature_dim != wanted:
             hints.feature_dim = wanted
+            return True
+    pixels = (candidate or {}).get("pixel_values")
+    if found and isinstance(pixels, torch.Tensor) and pixels.dim() == 4 and pixels.shape[-1] == int(found.group(2)):
+        # image rows fed straight to a Linear (Fuyu): the pixels are flattened patches of the Linear's width
+        wanted = int(found.group(3))
+        if wanted != pixels.shape[-1] and hints.patch_width != wanted:
+            hints.patch_width = wanted
             return True
     found = _PLACEHOLDERS.search(message)
     if found:
@@ -249,6 +293,8 @@ def _refine_named(hints: Hints, exc: BaseException, candidate: dict[str, Any] | 
             setattr(hints, field, per_row)
             return True
         return False
+    if _stacked_images(hints, message, candidate or {}):
+        return True
     for pattern, field, value in _LEARNED_SIZES:
         found = pattern.search(message)
         if found and getattr(hints, field) != value(found):
@@ -271,26 +317,11 @@ _SUFFIX = re.compile(r"shape suffix torch.Size\(\[(\d+), (\d+)\]\) does not matc
 _KERNEL = re.compile(r"padded input size per channel: \((\d+)\)\. Kernel size: \((\d+)\)")
 _BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton "
                         r"dimension (\d+)")
-#: names the None rule never fills: targets, caches and alternatives to inputs we give
-_NOT_NEEDED = NEVER
-
-
-def _frames(exc: BaseException) -> list[tuple[Any, int, int]]:
-    """(frame, first line, last line) of the failing statement in each frame, innermost last."""
-    out = []
-    tb = exc.__traceback__
-    while tb is not None:
-        positions = next((p for i, p in enumerate(tb.tb_frame.f_code.co_positions()) if 2 * i == tb.tb_lasti),
-                         None)
-        first, last = (positions[0], positions[1]) if positions and positions[0] else (tb.tb_lineno, tb.tb_lineno)
-        out.append((tb.tb_frame, first or tb.tb_lineno, last or tb.tb_lineno))
-        tb = tb.tb_next
-    return out
 
 
 def _model_frames(exc: BaseException, depth: int) -> list[Any]:
     """The innermost ``depth`` frames that do work (no module-call or decorator wrappers), innermost first."""
-    frames = [f for f, _, _ in reversed(_frames(exc))
+    frames = [f for f, _, _ in failing_statements(exc)
               if not f.f_code.co_filename.replace("\\", "/").endswith(_WRAPPER_FILES)]
     return frames[:depth]
 
@@ -331,9 +362,8 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
 
 
-def _refine_by_culprit(hints: Hints, exc: BaseException, candidate: dict[str, Any],
-                       params: dict[str, inspect.Parameter]) -> bool:
-    """Shapes, index ranges and missing inputs learned from the failing operation and the input it was handed."""
+def _refine_by_culprit(hints: Hints, exc: BaseException, candidate: dict[str, Any]) -> bool:
+    """Shapes and index ranges learned from the failing operation and the input it was handed."""
     message = str(exc)
     if _INDEX_RANGE in message:  # an embedding got ids past its table: keep that input's ids below its size
         inner = _model_frames(exc, 1)
@@ -395,21 +425,79 @@ def _refine_by_culprit(hints: Hints, exc: BaseException, candidate: dict[str, An
         if name and not value.is_floating_point() and value.dim() == 2 and value.shape[-1] == a and a != b:
             return _set_shape(hints, name, (*value.shape, b))
         return False
-    if "NoneType" in message or "None" in message:
-        return _refine_missing(hints, exc, candidate, params)
     return False
 
 
-def _refine_missing(hints: Hints, exc: BaseException, candidate: dict[str, Any],
-                    params: dict[str, inspect.Parameter]) -> bool:
-    """An optional input the forward needs after all: a forward parameter that is None in the failing statement."""
-    import linecache
+# -- inputs the forward needs after all ----------------------------------------------------------------------
 
-    for frame, first, last in reversed(_frames(exc)):
-        text = "".join(linecache.getline(frame.f_code.co_filename, i) for i in range(first, last + 1))
-        for key, value in frame.f_locals.items():
-            if (value is None and key in params and key not in candidate and key not in _NOT_NEEDED
-                    and key not in hints.extra and re.search(rf"\b{re.escape(key)}\b", text)):
-                hints.extra.append(key)
-                return True
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def _needed_inputs(hints: Hints, exc: BaseException, candidate: dict[str, Any],
+                   params: dict[str, inspect.Parameter]) -> bool:
+    """A forward parameter the candidate left out and the forward needs after all, added to ``hints.extra``:
+
+    * one the error message names ("Both pixel_values and high_res_pixel_values should be specified",
+      "set `global_attention_mask` manually", "`codebook_pixel_value` are required");
+    * one that is None where the failing statement reads it, innermost frame first (a ``NoneType`` error on
+      ``padding_mask.sum()``, ``self.mel_conv(input_features)``, ``self._resize_to_2d(bool_masked_pos)``).
+    """
+    message = str(exc)
+    words = set(_WORD.findall(message))
+    named = {p for p in params if "_" in p and (p in words or p[:-1] in words)}  # plural or singular
+    if _add_extra(hints, named, candidate, params):
+        return True
+    if "None" not in message:
+        return False
+    for frame, _, statement in failing_statements(exc):
+        read = set(_WORD.findall(statement))
+        local = frame.f_locals
+        if _add_extra(hints, {p for p in params if p in read and local.get(p) is None}, candidate, params):
+            return True
     return False
+
+
+def _add_extra(hints: Hints, names: set[str], candidate: dict[str, Any], params: dict[str, inspect.Parameter]) -> bool:
+    """Adds the parameters among ``names`` the candidate lacks and a recipe or the fallback can make (targets, caches
+    and alternatives to inputs we give stay out, except :data:`WHEN_NEEDED`)."""
+    new = [p for p in params if p in names and p not in candidate and p not in hints.extra
+           and not _skipped(p, params, needed=True) and m.can_make(p, params[p])]
+    if new:
+        hints.extra = (*hints.extra, *new)
+    return bool(new)
+
+
+# "All samples in the batch must have at least one question token": one `question_token_id` per row.
+_TOKEN_NEEDED = re.compile(r"at least one (\w+) token|(\w+) tokens? (?:is|are) (?:required|missing)", re.IGNORECASE)
+
+
+def _named_tokens(hints: Hints, message: str, model: torch.nn.Module) -> bool:
+    found = _TOKEN_NEEDED.search(message)
+    if not found:
+        return False
+    word = (found.group(1) or found.group(2)).lower()
+    ctx = m.Context(config=model.config, model=model, gen=torch.Generator(), batch=BATCH, hints=hints, params={})
+    token = ctx.find(f"{word}_token_id", f"{word}_token_index")
+    if not isinstance(token, int) or isinstance(token, bool) or token in hints.tokens:
+        return False
+    hints.tokens = (*hints.tokens, token)
+    return True
+
+
+# SegGPT stacks prompt and image along the height before patching: "Input image size (128*64) doesn't match model
+# (64*64)" scales each image's sides by what the model wants over what it got.
+_INPUT_SIZE = re.compile(r"Input image size \((\d+)\*(\d+)\) doesn't match model \((\d+)\*(\d+)\)")
+
+
+def _stacked_images(hints: Hints, message: str, candidate: dict[str, Any]) -> bool:
+    found = _INPUT_SIZE.search(message)
+    pixels = candidate.get("pixel_values")
+    if not found or not isinstance(pixels, torch.Tensor) or pixels.dim() < 3:
+        return False
+    got_h, got_w, want_h, want_w = (int(v) for v in found.groups())
+    h, w = pixels.shape[-2:]
+    size = (h * want_h // got_h, w * want_w // got_w)
+    if min(size) < 1 or size == (h, w) or hints.image_hw == size:
+        return False
+    hints.image_hw = size
+    return True

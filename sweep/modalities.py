@@ -111,12 +111,14 @@ def _vocab(ctx: Context, decoder: bool = False) -> int:
 
 def _image_token_id(ctx: Context) -> int | None:
     found = ctx.find("image_token_id", "image_token_index")
-    if found is None and "video" in (getattr(ctx.model, "input_modalities", ()) or ()):
+    if found is None and "video" in model_modalities(ctx.model):
         found = ctx.find("video_token_id", "video_token_index")  # clips passed as pixel_values (InstructBLIP-Video)
     return found
 
 
 def _image_side(ctx: Context) -> tuple[int, int]:
+    if getattr(ctx.hints, "image_hw", None):
+        return tuple(ctx.hints.image_hw)
     if getattr(ctx.hints, "image_side", None):
         return ctx.hints.image_side, ctx.hints.image_side
     size = ctx.find("image_size", where=lambda c: c is ctx.vision_config(), default=None)
@@ -153,6 +155,8 @@ def input_ids(ctx: Context) -> torch.Tensor:
     audio_input = next((k for k in ("input_features", "input_values") if k in ctx.made), None)
     if audio_id is not None and audio_input is not None:
         ids = _insert(ids, audio_id, ctx.hints.audio_tokens or 1)
+    for token in getattr(ctx.hints, "tokens", ()):  # special tokens the model said every row needs
+        ids = _insert(ids, token, 1)
     ctx.made["input_ids"] = ids
     return ids
 
@@ -244,7 +248,7 @@ def visual_pos(ctx: Context) -> torch.Tensor:
 def pixel_values(ctx: Context) -> torch.Tensor:
     h, w = _image_side(ctx)
     c = _channels(ctx)
-    if "image_grid_thw" in ctx.params or "grid_thw" in ctx.params:
+    if "image_grid_thw" in ctx.params or "grid_thw" in ctx.params or "image_grid_hw" in ctx.params:
         return _patchified_pixels(ctx, c, h, w)
     if getattr(ctx.hints, "patch_width", None):  # flattened patches, one placeholder each (NeoMME)
         per_row = ctx.hints.image_tokens or 4
@@ -277,9 +281,23 @@ def pixel_values(ctx: Context) -> torch.Tensor:
     return values
 
 
+def flattened_patches(ctx: Context) -> torch.Tensor:
+    """Pix2Struct: (B, patches, 2 + patch width), each patch led by its 1-based row and column on a 4 x 4 grid."""
+    patch = ctx.find("patch_size", default=16)
+    patch = patch[0] if isinstance(patch, (list, tuple)) else patch
+    width = int(ctx.find("patch_embed_hidden_size", default=None) or _channels(ctx) * patch * patch)
+    side = 4
+    rows, cols = torch.meshgrid(torch.arange(1, side + 1), torch.arange(1, side + 1), indexing="ij")
+    limit = int(ctx.find("seq_len", default=side + 1)) - 1  # row/column embeddings have seq_len entries
+    positions = torch.stack([rows.flatten(), cols.flatten()], dim=-1).clamp(max=max(0, limit)).float()
+    values = torch.cat([positions[None].repeat(ctx.batch, 1, 1), ctx.floats(ctx.batch, side * side, width)], dim=-1)
+    ctx.made["flattened_patches"] = values
+    return values
+
+
 def _video_frames(ctx: Context) -> int | None:
     frames = ctx.find("num_frames", where=lambda cfg: cfg is ctx.vision_config()) or ctx.find("num_frames")
-    modalities = getattr(ctx.model, "input_modalities", ()) or ()
+    modalities = model_modalities(ctx.model)
     # pixel_values hold a clip when the model reads video and has no separate video input
     if isinstance(frames, int) and frames > 0 and "video" in modalities and "pixel_values_videos" not in ctx.params:
         return frames
@@ -293,6 +311,7 @@ def _patchified_pixels(ctx: Context, c: int, h: int, w: int) -> torch.Tensor:
     gh, gw = h // patch, w // patch
     grid = torch.tensor([[1, gh, gw]] * ctx.batch)
     ctx.made["image_grid_thw"] = ctx.made["grid_thw"] = grid
+    ctx.made["image_grid_hw"] = grid[:, 1:]  # (height, width) grids without the temporal axis (Nemotron-H Omni)
     merge = ctx.find("spatial_merge_size", "merge_size", default=1)
     ctx.hints.image_tokens = ctx.hints.image_tokens or (gh * gw) // (merge * merge)
     values = ctx.floats(ctx.batch * gh * gw, c * temporal * patch * patch)
@@ -512,7 +531,7 @@ def alternative_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, An
     return out
 
 
-CHOICE_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "bbox")
+CHOICE_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "bbox", "global_attention_mask")
 
 
 # -- time series ----------------------------------------------------------------------------------------------
@@ -586,6 +605,84 @@ def _trajectory(ctx: Context, name: str) -> torch.Tensor:
         return torch.randint(0, max(1, top), (ctx.batch, length), generator=ctx.gen)
     width = {"states": ctx.find("state_dim", default=4), "actions": ctx.find("act_dim", default=4)}.get(name, 1)
     return ctx.floats(ctx.batch, length, int(width))
+
+
+# -- inputs named after another input or a sub-config ---------------------------------------------------------
+
+
+def prefixed_pixel_values(ctx: Context, name: str) -> torch.Tensor:
+    """``high_res_pixel_values``, ``codebook_pixel_values``, ``prompt_pixel_values``: images for the sub-config
+    whose name holds the prefix (``high_res_vision_config``, ``image_codebook_config``), else like ``pixel_values``."""
+    prefix = name[: -len("pixel_values")].strip("_")
+    for c in ctx.configs():
+        for key in getattr(c, "sub_configs", {}) or {}:
+            sub = getattr(c, key, None)
+            if prefix and prefix in key and isinstance(sub, PreTrainedConfig):
+                size = getattr(sub, "image_size", None) or 64
+                h, w = (size[0], size[-1]) if isinstance(size, (list, tuple)) else (size, size)
+                channels = getattr(sub, "num_channels", None) or getattr(sub, "in_channels", None) or 3
+                values = ctx.floats(ctx.batch, int(channels), int(h), int(w))
+                ctx.made[name] = values
+                return values
+    main = ctx.made.get("pixel_values")
+    values = ctx.floats(*main.shape) if isinstance(main, torch.Tensor) else ctx.floats(ctx.batch, _channels(ctx),
+                                                                                       *_image_side(ctx))
+    ctx.made[name] = values
+    return values
+
+
+def _paired_mask(ctx: Context, name: str) -> torch.Tensor | None:
+    """``prompt_masks`` beside ``prompt_pixel_values``: a mask shaped like the images it belongs to."""
+    images = ctx.made.get(name.rstrip("s")[: -len("mask")] + "pixel_values")
+    return None if images is None else torch.ones_like(images)
+
+
+def _num_patches(ctx: Context) -> int:
+    for module in ctx.model.modules():  # the patch embedding knows (video: frames / tubelet * patches per frame)
+        value = getattr(module, "num_patches", None)
+        if isinstance(value, int) and value > 0:
+            return value
+    h, w = _image_side(ctx)
+    patch = ctx.find("patch_size", default=16)
+    patch = patch[0] if isinstance(patch, (list, tuple)) else patch
+    return max(1, (h // patch) * (w // patch))
+
+
+def bool_masked_pos(ctx: Context) -> torch.Tensor:
+    """Half of the patches masked, the same count in every row (batched masked-modeling needs equal counts)."""
+    n = _num_patches(ctx)
+    order = torch.stack([torch.randperm(n, generator=ctx.gen) for _ in range(ctx.batch)])
+    return order < max(1, n // 2)
+
+
+def encoder_hidden_states(ctx: Context) -> torch.Tensor:
+    """States of an encoder the model cross-attends to (Q-Former over image features): (B, S, encoder width)."""
+    width = ctx.find("encoder_hidden_size", "cross_attention_hidden_size", "hidden_size", default=32)
+    values = ctx.floats(ctx.batch, SEQ, int(width))
+    ctx.made["encoder_hidden_states"] = values
+    return values
+
+
+def global_attention_mask(ctx: Context) -> torch.Tensor | None:
+    """Longformer: global attention on the first (<s>/[CLS]) token only, as for classification."""
+    ids = ctx.made.get("input_ids")
+    if ids is None:
+        return None
+    mask = torch.zeros_like(ids)
+    mask[:, 0] = 1
+    return mask
+
+
+def recipe_for(name: str, ctx: Context | None = None) -> Callable[[Context], Any] | None:
+    """The recipe for a forward parameter: by its exact name, else by what its name says it is."""
+    if name in RECIPES:
+        return RECIPES[name]
+    if name.endswith("pixel_values"):
+        return lambda ctx: prefixed_pixel_values(ctx, name)
+    if name.endswith(("_mask", "_masks")) and ctx is not None and (
+            name.rstrip("s")[: -len("mask")] + "pixel_values") in ctx.params:
+        return lambda ctx: _paired_mask(ctx, name)
+    return None
 
 
 # -- fallback for parameters no recipe knows (required ones, and optional ones the forward turned out to need) -------
@@ -681,6 +778,16 @@ def parameter_input(ctx: Context, name: str) -> torch.Tensor | None:
     return ctx.floats(ctx.batch, SEQ, int(width))
 
 
+def can_make(name: str, param: inspect.Parameter | None = None) -> bool:
+    """Whether a recipe or the fallback makes a sensible value for a parameter the model's errors name: a recipe by
+    name, a name that says it is a tensor (pixels, masks, ids, embeddings), or a tensor annotation (flags and
+    options such as ``use_cache`` or ``return_dict`` stay out)."""
+    if recipe_for(name) is not None or name.endswith(("pixel_values", "mask", "masks", "ids", "embeds")):
+        return True
+    annotation = "" if param is None or param.annotation is inspect.Parameter.empty else str(param.annotation)
+    return "Tensor" in annotation
+
+
 def fallback(ctx: Context, names: list[str]) -> dict[str, Any]:
     out = {}
     for name in names:
@@ -719,6 +826,13 @@ RECIPES: dict[str, Callable[[Context], Any]] = {
     "hidden_states": lambda ctx: pixel_values(ctx) if "grid_thw" in ctx.params else None,
     **{name: (lambda ctx, name=name: _trajectory(ctx, name)) for name in TRAJECTORY_INPUTS},
     "pixel_mask": pixel_mask,
+    "flattened_patches": flattened_patches,
+    "bool_masked_pos": bool_masked_pos,
+    "encoder_hidden_states": encoder_hidden_states,
+    "encoder_attention_mask": lambda ctx: (torch.ones(ctx.made["encoder_hidden_states"].shape[:2], dtype=torch.long)
+                                           if "encoder_hidden_states" in ctx.made else None),
+    "global_attention_mask": global_attention_mask,
+    "classes_structure": lambda ctx: torch.ones(ctx.batch, dtype=torch.long),  # one class prompt per image
     "image_sizes": image_sizes,
     "input_features": input_features,
     "input_values": input_values,

@@ -366,10 +366,12 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
                 args[key] = new_width
         elif _is_intermediate_name(key) and value > profile.intermediate:
             args[key] = profile.intermediate
-    # Feature dims equal to a width this node just shrank (Mimi's codebook_dim = its VQ hidden dimension).
+    # Feature dims equal to a width this node just shrank (Mimi's codebook_dim = its VQ hidden dimension, ZoeDepth's
+    # bottleneck_features = its fusion_hidden_size).
     shrunk = {before: args[k] for k, before in before_widths.items() if args.get(k) != before}
     for key, value in list(args.items()):
-        if (_is_int(value) and value in shrunk and key.endswith(("_dim", "_dimension")) and key not in HEAD_DIMS
+        if (_is_int(value) and value in shrunk and (key.endswith(("_dim", "_dimension")) or (
+                key.endswith("_features") and not key.startswith("num_"))) and key not in HEAD_DIMS
                 and key not in ROPE_HEAD_DIMS and "head" not in key and not _is_intermediate_name(key)):
             args[key] = shrunk[value]
     # 2-D layout embeddings (LayoutLMv3): 4 coordinate embeddings and 2 shape embeddings concatenate to the width.
@@ -395,6 +397,13 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
         if (_int_list(value) and len(set(value)) == 1 and value[0] in widths and value[0] > new_width
                 and key not in CHANNEL_LISTS and any(w in key.lower() for w in ("channel", "hidden", "dim"))):
             args[key] = type(value)(new_width for _ in value)
+            node.width_lists.add(key)
+        # A ramp of channels ending at a model width (UnlimitedOCR's downsample_channels = (512, 1024) into a
+        # 1024-wide tower) keeps its ratios and ends at the new width.
+        elif (_int_list(value) and len(set(value)) > 1 and value[-1] in widths and value[-1] > new_width
+              and max(value) == value[-1] and key not in CHANNEL_LISTS
+              and any(w in key.lower() for w in ("channel", "hidden", "dim"))):
+            args[key] = type(value)(max(1, v * new_width // value[-1]) for v in value)
             node.width_lists.add(key)
 
     # Layer counts, never below what layer types and layer indices need.
@@ -663,7 +672,35 @@ def _shrink_channel_lists(node: Node, profile: Profile, old_width: int | None) -
         if _is_int(value) and value > 0 and key not in lists:
             args[key] = _scale_channel_list([value], divisor, profile.min_channel)[0]
             mapping[value] = args[key]
+    # Block tables (PP-LCNet's block_configs: [kernel, in, out, stride, se] per block, per stage), given or derived
+    # by __post_init__: channel entries take the same divisor (kernels and strides stay under the floor).
+    for key in set(args) | set(node.derived_patterns):
+        table = args.get(key) if args.get(key) is not None else node.derived_patterns.get(key)
+        if (any(w in key for w in BLOCK_TABLE_WORDS) and _nested(table)
+                and any(_is_int(v) and mapping.get(v, v) != v for v in _leaves(table))):
+            args[key] = _scale_table(table, divisor, profile.min_channel)
     return mapping
+
+
+BLOCK_TABLE_WORDS = ("block", "channel", "stage")
+
+
+def _nested(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple)) for v in value)
+
+
+def _leaves(value: Any):
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
+
+
+def _scale_table(value: Any, divisor: float, minimum: int) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_scale_table(v, divisor, minimum) for v in value]
+    return _scale_channel_list([value], divisor, minimum)[0] if _is_int(value) else value
 
 
 def _follow_channel_maps(root: Node) -> None:
@@ -710,6 +747,20 @@ def _proportional(sections: list[int], total: int) -> list[int]:
     return out
 
 
+def default_config(config_class: type):
+    """The config class's default instance; a default its own validator rejects (Gemma 4 assistant's text config
+    keeps per-layer inputs the assistant forbids) is built unvalidated: the shrunk tree is repaired on rebuild."""
+    try:
+        return config_class()
+    except Exception:  # noqa: BLE001 - re-raised when the class has no unvalidated constructor
+        unvalidated = getattr(config_class.__init__, "__wrapped__", None)
+        if unvalidated is None:
+            raise
+        config = config_class.__new__(config_class)
+        unvalidated(config)
+        return config
+
+
 def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides: dict | None = None,
                   base=None, implicit_defaults: dict | None = None):
     """A tiny, validated instance of ``config_class`` (or of ``base``'s class, starting from ``base``).
@@ -717,7 +768,7 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
     ``implicit_defaults`` are values the modeling code assumes when a config leaves them out (learned from a
     forward error by :func:`implicit_default_from_error`); they are added before shrinking so they shrink too.
     """
-    root = raw_tree(base, from_defaults=False) if base is not None else raw_tree(config_class())
+    root = raw_tree(base, from_defaults=False) if base is not None else raw_tree(default_config(config_class))
     widths = tree_widths(root)
     token_map = token_id_map(root, profile.vocab)
     old_patches = image_patches(root)
@@ -733,6 +784,8 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
         for key, value in (implicit_defaults or {}).items():
             if key in node.fields and isinstance(value, dict) and (node.args.get(key) or "rope" in key):
                 node.args[key] = {**(node.args.get(key) or {}), **value}
+            elif key in node.fields and not isinstance(value, dict) and node.args.get(key) is None:
+                node.args[key] = value  # a scalar the modeling code reads unconditionally (sliding_window)
     if overrides:
         root.apply(overrides)
     return build_with_repairs(root)
@@ -745,7 +798,14 @@ _SPLIT_SECTIONS = re.compile(r"split_with_sizes expects split_sizes to sum exact
                              r"dimension -1\).*?split_sizes=\[([\d, ]+)\]")
 
 
+# Models that build a sliding-window mask even when no layer slides (Step3p7) need a window in the config.
+_NO_WINDOW = re.compile(r"Could not find a `sliding_window` argument in the config, or it is not set")
+IMPLICIT_WINDOW = 4
+
+
 def implicit_default_from_error(message: str) -> dict | None:
+    if _NO_WINDOW.search(message):
+        return {"sliding_window": IMPLICIT_WINDOW}
     found = _SPLIT_SECTIONS.search(message)
     if not found:
         return None
@@ -769,7 +829,8 @@ def build_with_repairs(root: Node):
             return build_config(root)
         except Exception as exc:  # noqa: BLE001 - parsed below; re-raised when no repair applies
             last = exc
-            if not (_repair_equality(root, str(exc)) or _repair_layer_index(root, str(exc))):
+            if not (_repair_equality(root, str(exc)) or _repair_layer_index(root, str(exc))
+                    or _repair_required_value(root, str(exc))):
                 raise
     raise last  # type: ignore[misc]
 
@@ -795,6 +856,28 @@ def _repair_layer_index(root: Node, message: str) -> bool:
         return False
     node.args[key] = new
     return True
+
+
+# "hidden_size_per_layer_input must be 0, got 256" (Gemma 4 assistant): a field the validator pins to one value,
+# named without its sub-config, takes it wherever the tree holds the value it got.
+_REQUIRED_VALUE = re.compile(r"\b(\w+) must be (-?\d+|True|False|None), got (-?\d+|True|False|None)\b")
+
+
+def _literal(text: str) -> Any:
+    return {"True": True, "False": False, "None": None}.get(text, int(text) if text.lstrip("-").isdigit() else text)
+
+
+def _repair_required_value(root: Node, message: str) -> bool:
+    found = _REQUIRED_VALUE.search(message)
+    if not found:
+        return False
+    key, wanted, got = found.group(1), _literal(found.group(2)), _literal(found.group(3))
+    changed = False
+    for node in root.walk():
+        if key in node.args and node.args[key] == got and node.args[key] is not wanted:
+            node.args[key] = wanted
+            changed = True
+    return changed
 
 
 def _repair_equality(root: Node, message: str) -> bool:

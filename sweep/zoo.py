@@ -21,12 +21,13 @@ from typing import Any
 
 import torch
 
-from sweep import catalog, inputs, overrides
+from sweep import catalog, inputs, overrides, repairs
 from sweep.errors import (CONFIG_ERROR, FORWARD_ERROR, INIT_ERROR, STAGE_ORDER, ZooError, as_missing_dependency)
 from sweep.shrink import BUDGET_PROFILES, PROFILES, Profile, implicit_default_from_error, shrink_config
 
 PARAMETER_BUDGET = 5_000_000
 MISMATCH_RETRIES = 5
+INIT_REPAIRS = 8  # config fixes learned from the model's own __init__ errors, one per rebuild
 
 __all__ = ["Case", "ZooError", "build_case", "PARAMETER_BUDGET"]
 
@@ -153,20 +154,30 @@ def _build_and_run(cls: type, profile: Profile, rules: dict, seed: int, name: st
 
 def _build(cls: type, profile: Profile, rules: dict, seed: int, name: str,
            implicit: dict | None = None) -> torch.nn.Module:
-    try:
-        config = shrink_config(cls.config_class, profile, rules.get("config"), implicit_defaults=implicit)
-    except ImportError as exc:
-        raise as_missing_dependency(name, exc) from exc
-    except Exception as exc:  # noqa: BLE001 - any failure of the config class's own validation is the reason
-        raise ZooError(name, CONFIG_ERROR, f"[{profile.name}] {type(exc).__name__}: {exc}") from exc
-    try:
-        torch.manual_seed(seed)
-        model = cls(config)
-    except ImportError as exc:
-        raise as_missing_dependency(name, exc) from exc
-    except Exception as exc:  # noqa: BLE001
-        raise ZooError(name, INIT_ERROR, f"[{profile.name}] {type(exc).__name__}: {exc}") from exc
-    return model.eval()
+    """Shrink and build; an ``__init__`` error that names what the default lacks rebuilds with it
+    (:mod:`sweep.repairs`)."""
+    learned: dict = {}
+    for attempt in range(INIT_REPAIRS + 1):
+        config_overrides = repairs.merge(rules.get("config") or {}, learned)
+        try:
+            config = shrink_config(cls.config_class, profile, config_overrides or None, implicit_defaults=implicit)
+        except ImportError as exc:
+            raise as_missing_dependency(name, exc) from exc
+        except Exception as exc:  # noqa: BLE001 - any failure of the config class's own validation is the reason
+            raise ZooError(name, CONFIG_ERROR, f"[{profile.name}] {type(exc).__name__}: {exc}") from exc
+        try:
+            torch.manual_seed(seed)
+            model = cls(config)
+        except ImportError as exc:
+            raise as_missing_dependency(name, exc) from exc
+        except Exception as exc:  # noqa: BLE001
+            fix = repairs.learn_from_init_error(exc, config, profile) if attempt < INIT_REPAIRS else None
+            if fix and repairs.merge(learned, fix) != learned:
+                learned = repairs.merge(learned, fix)
+                continue
+            raise ZooError(name, INIT_ERROR, f"[{profile.name}] {type(exc).__name__}: {exc}") from exc
+        return model.eval()
+    raise AssertionError("unreachable")
 
 
 def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[str, Any]:
@@ -176,7 +187,6 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
     lesson never hides a layout that already runs.
     """
     hints = inputs.Hints()
-    params = inputs.forward_parameters(model)
     errors: list[str] = []
     for _ in range(MISMATCH_RETRIES + 1):
         refined: inputs.Hints | None = None
@@ -191,7 +201,7 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
                 errors.append(f"{type(exc).__name__}: {exc}")
                 if refined is None:
                     trial = copy.deepcopy(hints)
-                    if inputs.refine_hints(trial, exc, candidate, params):
+                    if inputs.refine_hints(trial, exc, candidate, model):
                         refined = trial
                 del exc
         if refined is None:

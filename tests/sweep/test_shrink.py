@@ -113,6 +113,46 @@ def test_conv_net_channels_share_one_value_map():
     assert max(config.hidden_sizes) <= 64 and all(d == 1 for d in config.depths)
 
 
+def test_required_values_are_repaired_wherever_the_tree_holds_them():
+    root = raw_tree(LlavaConfig())
+    root.children["text_config"].args["hidden_size_per_layer_input"] = 256
+    assert shrink._repair_required_value(root, "ValueError: hidden_size_per_layer_input must be 0, got 256")
+    assert root.children["text_config"].args["hidden_size_per_layer_input"] == 0
+    assert not shrink._repair_required_value(root, "ValueError: hidden_size_per_layer_input must be 0, got 256")
+
+
+def test_a_default_its_validator_rejects_is_built_unvalidated():
+    from transformers import Gemma4AssistantConfig
+
+    with pytest.raises(Exception):
+        Gemma4AssistantConfig()
+    assert shrink.default_config(Gemma4AssistantConfig).text_config is not None
+
+
+def test_block_tables_follow_the_channel_map():
+    from transformers import PPLCNetV4Config
+
+    config = shrink.shrink_config(PPLCNetV4Config)
+    stem_out = config.stem_channels[-1]
+    blocks = [block for stage in config.block_configs for block in stage]
+    assert blocks[0][1] == stem_out  # the first block takes the stem's channels
+    assert all(block[0] == 3 for block in blocks)  # kernels stay
+    assert max(block[2] for block in blocks) <= 64
+
+
+def test_feature_counts_equal_to_a_shrunk_width_follow_it():
+    from transformers import ZoeDepthConfig
+
+    config = shrink.shrink_config(ZoeDepthConfig)
+    assert config.bottleneck_features == config.fusion_hidden_size < 256
+
+
+def test_backbone_outputs_a_parent_passed_are_kept():
+    from transformers import UperNetConfig
+
+    assert shrink.shrink_config(UperNetConfig).backbone_config.out_features == ["stage1", "stage2", "stage3", "stage4"]
+
+
 def test_missing_padding_id_is_filled_inside_the_vocab():
     config = shrink.shrink_config(LlamaConfig)
     assert config.pad_token_id is not None and 0 <= config.pad_token_id < config.vocab_size
@@ -212,3 +252,18 @@ def test_windows_pooled_by_a_downsampling_rate_keep_a_whole_multiple():
 
     config = shrink.shrink_config(GraniteSpeechConfig)
     assert config.window_size % config.downsample_rate == 0 and config.window_size // config.downsample_rate >= 1
+
+
+def test_a_missing_sliding_window_the_forward_reads_is_an_implicit_default():
+    from sweep.shrink import IMPLICIT_WINDOW, implicit_default_from_error
+
+    message = "ValueError: Could not find a `sliding_window` argument in the config, or it is not set"
+    assert implicit_default_from_error(message) == {"sliding_window": IMPLICIT_WINDOW}
+
+
+def test_a_channel_ramp_ending_at_a_model_width_ends_at_the_new_width():
+    from transformers.models.unlimited_ocr.configuration_unlimited_ocr import UnlimitedOcrConfig
+
+    config = shrink.shrink_config(UnlimitedOcrConfig)
+    channels = list(config.vision_config.sam_config.downsample_channels)
+    assert channels == [channels[-1] // 2, config.vision_config.encoder_config.hidden_size]
