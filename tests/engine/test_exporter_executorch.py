@@ -37,7 +37,8 @@ ATOL = RTOL = 1e-4
 #: the planned activation arena of a tiny model stays small: bounds come from the config and the sample, not a
 #: large generic cap (which plans GBs); the largest today is t5 (~69 MiB: no position limit, so 256 tokens x batch 8)
 MAX_PLANNED_BYTES = 128 * 2**20
-#: the subset exported static as well (each export costs seconds; these three cover text, vision and convs)
+#: the subset exported static as well, in CI (each export costs seconds; these three cover text, vision and convs);
+#: the twelve dynamic exports run by hand (-m slow) and, as sweep cases of the same architectures, in CI's smoke sweep
 STATIC_SUBSET = ("bert", "vit", "convnext")
 
 
@@ -104,7 +105,6 @@ def test_shape_outside_bounds_is_a_clear_error():
         run_exported(manager, {k: v for k, v in too_long.items() if k != "token_type_ids"})
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", STATIC_SUBSET)
 def test_static_export_at_traced_shape(name, tmp_path):
     tiny = TINY_MODELS[name]
