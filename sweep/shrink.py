@@ -70,7 +70,8 @@ NOT_WIDTH_WORDS = ("intermediate", "ffn", "head_dim", "vocab", "position", "imag
                    "layers", "window", "kernel", "stride", "bucket", "chunk", "length", "sample", "mel", "rank",
                    "group", "expert", "frame", "ratio", "feat", "_len", "seq", "token", "bins", "codebook",
                    "label", "class", "query", "rope", "rotary", "sliding", "local", "conv_dim", "pad", "offset",
-                   "radius", "dilation", "block", "segment", "step", "scale", "dropout", "top", "size_per")
+                   "radius", "dilation", "block", "segment", "step", "scale", "dropout", "top", "size_per",
+                   "spec_")  # a spectrogram side (CLAP's spec_size) is geometry: the model folds it by the mel bins
 INTERMEDIATE_WORDS = ("intermediate", "ffn_dim", "d_ff", "n_inner", "mlp_dim", "ff_dim", "ffn_hidden",
                       "inner_dim", "filter_size", "feed_forward", "d_inner", "mlp_hidden", "dim_feedforward",
                       "encoder_ffn", "decoder_ffn", "hidden_dim_ffn")
@@ -374,6 +375,15 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
                 key.endswith("_features") and not key.startswith("num_"))) and key not in HEAD_DIMS
                 and key not in ROPE_HEAD_DIMS and "head" not in key and not _is_intermediate_name(key)):
             args[key] = shrunk[value]
+    # Hierarchical stages double a stem width up to the model width (CLAP's patch_embeds_hidden_size * 2**3 =
+    # hidden_size): the stem keeps that ratio to the tiny width.
+    stages = next((len(args[k]) for k in DEPTH_LISTS if _int_list(args.get(k))), 0)
+    if old_width and stages > 1 and new_width % 2 ** (stages - 1) == 0:
+        for key, value in list(args.items()):
+            if (any(w in key for w in ("hidden", "embed", "width", "dim", "channels")) and _is_int(value)
+                    and before_widths.get(key) == value and key not in HEAD_DIMS
+                    and value * 2 ** (stages - 1) == old_width):
+                args[key] = new_width // 2 ** (stages - 1)
     # 2-D layout embeddings (LayoutLMv3): 4 coordinate embeddings and 2 shape embeddings concatenate to the width.
     width = primary_width(node)
     if _is_int(args.get("coordinate_size")) and _is_int(args.get("shape_size")) and width:

@@ -267,3 +267,12 @@ def test_a_channel_ramp_ending_at_a_model_width_ends_at_the_new_width():
     config = shrink.shrink_config(UnlimitedOcrConfig)
     channels = list(config.vision_config.sam_config.downsample_channels)
     assert channels == [channels[-1] // 2, config.vision_config.encoder_config.hidden_size]
+
+
+def test_spectrogram_side_and_stage_stem_width_follow_the_model():
+    from transformers import ClapAudioConfig
+
+    config = shrink.shrink_config(ClapAudioConfig)
+    assert config.spec_size // config.num_mel_bins >= 1  # CLAP's freq_ratio: a side, not a width
+    stages = len(config.depths)
+    assert config.patch_embeds_hidden_size * 2 ** (stages - 1) == config.hidden_size  # doubled per stage
