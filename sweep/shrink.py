@@ -796,6 +796,10 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
                 node.args[key] = {**(node.args.get(key) or {}), **value}
             elif key in node.fields and not isinstance(value, dict) and node.args.get(key) is None:
                 node.args[key] = value  # a scalar the modeling code reads unconditionally (sliding_window)
+        got, wanted = (implicit_defaults or {}).get(PROJECTION_WIDTH, (None, None))
+        for key, value in list(node.args.items()):  # a projection width the other tower's embedding must meet
+            if got and "proj" in key and _is_width_name(key) and value == got:
+                node.args[key] = wanted
     if overrides:
         root.apply(overrides)
     return build_with_repairs(root)
@@ -811,11 +815,20 @@ _SPLIT_SECTIONS = re.compile(r"split_with_sizes expects split_sizes to sum exact
 # Models that build a sliding-window mask even when no layer slides (Step3p7) need a window in the config.
 _NO_WINDOW = re.compile(r"Could not find a `sliding_window` argument in the config, or it is not set")
 IMPLICIT_WINDOW = 4
+_SIMILARITY = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x\1\)")
+#: key of an implicit value: (projection width now, the width the other embedding has)
+PROJECTION_WIDTH = "<projection width>"
 
 
 def implicit_default_from_error(message: str) -> dict | None:
     if _NO_WINDOW.search(message):
         return {"sliding_window": IMPLICIT_WINDOW}
+    found = _SIMILARITY.search(message)
+    if found and found.group(2) != found.group(3):
+        # (B x P) @ (Q x B): two embeddings of the same batch compared (contrastive logits) whose widths differ: one
+        # tower's width is derived (ALIGN's EfficientNet: last channels x width coefficient), so the projection
+        # width, shrunk on its own, must be the other embedding's width
+        return {PROJECTION_WIDTH: (int(found.group(2)), int(found.group(3)))}
     found = _SPLIT_SECTIONS.search(message)
     if not found:
         return None

@@ -276,3 +276,14 @@ def test_spectrogram_side_and_stage_stem_width_follow_the_model():
     assert config.spec_size // config.num_mel_bins >= 1  # CLAP's freq_ratio: a side, not a width
     stages = len(config.depths)
     assert config.patch_embeds_hidden_size * 2 ** (stages - 1) == config.hidden_size  # doubled per stage
+
+
+def test_contrastive_width_mismatch_sets_the_projection_width():
+    from transformers import AlignConfig
+
+    message = "mat1 and mat2 shapes cannot be multiplied (2x32 and 80x2)"
+    implicit = shrink.implicit_default_from_error(message)
+    assert implicit == {shrink.PROJECTION_WIDTH: (32, 80)}
+    assert shrink.implicit_default_from_error("mat1 and mat2 shapes cannot be multiplied (2x32 and 80x7)") is None
+    config = shrink.shrink_config(AlignConfig, implicit_defaults=implicit)
+    assert config.projection_dim == 80
