@@ -404,6 +404,8 @@ def _refine_by_culprit(hints: Hints, exc: BaseException, candidate: dict[str, An
             else:
                 got, new = int(found.group(1)), int(found.group(3))
             last = value.shape[-1]
+            if value.dim() == 2 and last == got == m.WAVEFORM:  # a waveform where hidden states are due (a bare
+                return _set_shape(hints, name, (value.shape[0], m.SEQ, new))  # model without its prenets)
             new = new if last == got else (last * new // got if (last * new) % got == 0 else None)
             if new and new != last:
                 return _set_shape(hints, name, (*value.shape[:-1], new))

@@ -128,6 +128,15 @@ def test_a_conv_teaches_channels_and_a_signal_gets_samples():
     assert hints.shapes == {"hidden_states": (2, 1, m.WAVEFORM)}
 
 
+def test_a_norm_handed_a_waveform_teaches_a_hidden_sequence():
+    norm = torch.nn.LayerNorm(8)
+    waveform = torch.randn(2, m.WAVEFORM)
+    exc = _raise_inside(lambda x: norm(x), waveform)
+    hints = inputs.Hints()
+    assert inputs.refine_hints(hints, exc, {"input_values": waveform})
+    assert hints.shapes == {"input_values": (2, m.SEQ, 8)}
+
+
 def test_an_embedding_bounds_the_ids_it_was_handed_and_candidates_follow():
     table = torch.nn.Embedding(10, 4)
     ids = torch.arange(16).view(2, 8)
