@@ -503,3 +503,25 @@ def _stacked_images(hints: Hints, message: str, candidate: dict[str, Any]) -> bo
         return False
     hints.image_hw = size
     return True
+
+
+def config_lesson(exc: BaseException, candidate: dict[str, Any]) -> dict | None:
+    """A config value the model's own error asks for (an implicit default for :func:`sweep.shrink.shrink_config`).
+
+    An embedding handed ids the model produced itself (none of the inputs) past its table: one sub-config decodes
+    into a vocabulary another one embeds (CLVP's speech decoder argmax ids into the speech encoder), so the smaller
+    vocabulary is raised to hold them.
+    """
+    if _INDEX_RANGE not in str(exc):
+        return None
+    inner = _model_frames(exc, 1)
+    if not inner:
+        return None
+    weight, ids = inner[0].f_locals.get("weight"), inner[0].f_locals.get("input")
+    if not (isinstance(weight, torch.Tensor) and isinstance(ids, torch.Tensor)) or ids.is_floating_point():
+        return None
+    if not ids.numel() or any(v is ids for v in candidate.values()):
+        return None  # the input's own ids: the bounds rule keeps them inside the table
+    from sweep.shrink import VOCAB_AT_LEAST
+
+    return {VOCAB_AT_LEAST: (int(weight.shape[0]), int(ids.max()) + 1)}

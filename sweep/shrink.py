@@ -796,6 +796,7 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
                 node.args[key] = {**(node.args.get(key) or {}), **value}
             elif key in node.fields and not isinstance(value, dict) and node.args.get(key) is None:
                 node.args[key] = value  # a scalar the modeling code reads unconditionally (sliding_window)
+        _raise_vocab(root, node, *(implicit_defaults or {}).get(VOCAB_AT_LEAST, (None, None)))
         got, wanted = (implicit_defaults or {}).get(PROJECTION_WIDTH, (None, None))
         for key, value in list(node.args.items()):  # a projection width the other tower's embedding must meet
             if got and "proj" in key and _is_width_name(key) and value == got:
@@ -816,8 +817,24 @@ _SPLIT_SECTIONS = re.compile(r"split_with_sizes expects split_sizes to sum exact
 _NO_WINDOW = re.compile(r"Could not find a `sliding_window` argument in the config, or it is not set")
 IMPLICIT_WINDOW = 4
 _SIMILARITY = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x\1\)")
+#: key of an implicit value: (a vocabulary now, the ids it must hold)
+VOCAB_AT_LEAST = "<vocab at least>"
 #: key of an implicit value: (projection width now, the width the other embedding has)
 PROJECTION_WIDTH = "<projection width>"
+
+
+def _is_vocab(key: str) -> bool:
+    return key in VOCABS or "vocab" in key.lower()
+
+
+def _raise_vocab(root: Node, node: Node, small: int | None, need: int | None) -> None:
+    """Vocabularies of ``small`` entries become the smallest vocabulary of the tree that holds ``need`` ids."""
+    if not small:
+        return
+    sizes = [v for n in root.walk() for k, v in n.args.items() if _is_vocab(k) and _is_int(v) and v >= need]
+    for key, value in list(node.args.items()):
+        if _is_vocab(key) and value == small:
+            node.args[key] = min(sizes, default=need)
 
 
 def implicit_default_from_error(message: str) -> dict | None:

@@ -146,6 +146,7 @@ def _build_and_run(cls: type, profile: Profile, rules: dict, seed: int, name: st
         if exc.category == FORWARD_ERROR:
             for message in [exc.message, *getattr(exc, "all_errors", [])]:
                 implicit = implicit or implicit_default_from_error(message)
+            implicit = implicit or getattr(exc, "implicit", None)
         if implicit is None:
             raise
     model = _build(cls, profile, rules, seed, name, implicit)
@@ -188,6 +189,7 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
     """
     hints = inputs.Hints()
     errors: list[str] = []
+    implicit: dict | None = None  # a config value the model's own errors asked for (rebuilt once with it)
     for _ in range(MISMATCH_RETRIES + 1):
         refined: inputs.Hints | None = None
         for candidate in inputs.candidate_inputs(model, seed, hints):
@@ -199,6 +201,7 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
                 raise as_missing_dependency(name, exc) from exc
             except Exception as exc:  # noqa: BLE001 - the first error is reported if no candidate runs
                 errors.append(f"{type(exc).__name__}: {exc}")
+                implicit = implicit or inputs.config_lesson(exc, candidate)
                 if refined is None:
                     trial = copy.deepcopy(hints)
                     if inputs.refine_hints(trial, exc, candidate, model):
@@ -209,6 +212,7 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
         hints = refined
     error = ZooError(name, FORWARD_ERROR, errors[0] if errors else "no inputs synthesised")
     error.all_errors = errors  # every candidate's error: a later layout may name an implicit default
+    error.implicit = implicit
     raise error
 
 

@@ -299,3 +299,23 @@ def test_failing_statements_are_innermost_first_and_whole():
     frame, first, statement = failing_statements(exc)[0]
     assert frame.f_code.co_name == "inner" and "sum" in statement
     assert failing_statements(exc)[1][0].f_code.co_name == "<lambda>"
+
+
+def test_ids_the_model_made_itself_past_a_table_raise_that_vocabulary():
+    from transformers import ClvpConfig
+
+    from sweep import shrink
+
+    table = torch.nn.Embedding(10, 4)
+    given = torch.randint(0, 10, (2, 3))
+
+    def decode_then_embed(ids):
+        return table(ids * 0 + 17)  # ids the model produced (a decoder's argmax), not the input
+
+    exc = _raise_inside(decode_then_embed, given)
+    lesson = inputs.config_lesson(exc, {"input_ids": given})
+    assert lesson == {shrink.VOCAB_AT_LEAST: (10, 18)}
+    past = given + 10  # the input's own ids: the bounds rule's business, not the config's
+    assert inputs.config_lesson(_raise_inside(lambda x: table(x), past), {"input_ids": past}) is None
+    config = shrink.shrink_config(ClvpConfig, implicit_defaults={shrink.VOCAB_AT_LEAST: (256, 1000)})
+    assert config.speech_config.vocab_size == config.decoder_config.vocab_size  # the tree's vocab that holds them
