@@ -254,6 +254,19 @@ def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | N
     return _refine_by_culprit(hints, exc, candidate)
 
 
+_SCATTER = re.compile(r"shape mismatch: value tensor of shape \[(\d+), (?:\d+, )*(\d+)\] cannot be broadcast to "
+                      r"indexing result of shape \[(\d+), \2\]")
+
+
+def _statement_modality(exc: BaseException) -> str | None:
+    """The modality the innermost failing statement names (``audio_embeds``, ``image_features``, ...)."""
+    for frame, _, text in failing_statements(exc):  # innermost first
+        if frame.f_code.co_filename.replace("\\", "/").endswith(_WRAPPER_FILES):
+            continue
+        return next((mod for mod in ("audio", "image", "video") if mod in text), None)
+    return None
+
+
 def _refine_named(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None) -> bool:
     """Rules keyed on the message alone (and the audio features' layout)."""
     message = str(exc)
@@ -290,6 +303,17 @@ def _refine_named(hints: Hints, exc: BaseException, candidate: dict[str, Any] | 
             return True
         per_row = _features_per_row(exc, modality)  # the check counted something else: read the feature tensor
         if per_row and getattr(hints, field) != per_row:
+            setattr(hints, field, per_row)
+            return True
+        return False
+    found = _SCATTER.search(message)
+    if found and int(found.group(1)) != int(found.group(3)) and int(found.group(1)) % BATCH == 0:
+        # `embeds[placeholder_mask] = features`: the features' rows are the placeholders, the statement names the
+        # modality (Csm: audio codec frames)
+        modality = _statement_modality(exc)
+        field = "audio_tokens" if modality == "audio" else "image_tokens"
+        per_row = int(found.group(1)) // BATCH
+        if modality and getattr(hints, field) != per_row:
             setattr(hints, field, per_row)
             return True
         return False

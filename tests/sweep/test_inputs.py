@@ -319,3 +319,15 @@ def test_ids_the_model_made_itself_past_a_table_raise_that_vocabulary():
     assert inputs.config_lesson(_raise_inside(lambda x: table(x), past), {"input_ids": past}) is None
     config = shrink.shrink_config(ClvpConfig, implicit_defaults={shrink.VOCAB_AT_LEAST: (256, 1000)})
     assert config.speech_config.vocab_size == config.decoder_config.vocab_size  # the tree's vocab that holds them
+
+
+def test_placeholder_scatter_mismatch_teaches_the_count_of_the_modality_it_names():
+    def merge(audio_embeds):
+        embeds, mask = torch.zeros(2, 4, 8), torch.zeros(2, 4, dtype=torch.bool)
+        mask[:, 0] = True
+        embeds[mask] = audio_embeds
+
+    exc = _raise_inside(merge, torch.randn(10, 8))
+    hints = inputs.Hints()
+    assert inputs.refine_hints(hints, exc, {})
+    assert hints.audio_tokens == 5 and hints.image_tokens is None
