@@ -393,6 +393,10 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
         args["shape_size"], args["coordinate_size"] = shape, (width - 2 * shape) // 4
     # SEANet codecs double num_filters at every up/downsampling stage: the base count stays small.
     _cap(args, ("num_filters",), profile.min_channel)
+    # Likewise a codec's base encoder width that doubles at every downsampling ratio (DAC, Xcodec2: 48 * 2**5).
+    if any("sampling_ratios" in k and _int_list(v) and len(v) > 2 for k, v in args.items()):
+        _cap(args, tuple(k for k in args if k.endswith("hidden_size") and k not in PRIMARY_WIDTHS
+                         and k.startswith("encoder")), profile.min_channel)
     # Sine/Fourier position features: half the width each for x and y (SAM's num_pos_feats = hidden_size // 2).
     value = args.get("num_pos_feats")
     if _is_int(value) and 2 * value in widths and 2 * value > new_width:
@@ -771,6 +775,26 @@ def default_config(config_class: type):
         return config
 
 
+def _tower_width_sums(root: Node) -> list[tuple[Node, str, list[Node]]]:
+    """Width fields whose default is the node's width plus its sub-configs' widths (a codec's fused semantic and
+    acoustic features: Xcodec2's ``quantization_dim`` = ``hidden_size`` + ``semantic_model_config.hidden_size``)."""
+    out = []
+    for node in root.walk():
+        own, towers = primary_width(node), [c for c in node.children.values() if primary_width(c)]
+        if not own or not towers:
+            continue
+        total = own + sum(primary_width(c) for c in towers)
+        for key, value in node.args.items():
+            if key not in PRIMARY_WIDTHS and _is_width_name(key) and _is_int(value) and value == total:
+                out.append((node, key, towers))
+    return out
+
+
+def _follow_tower_width_sums(sums: list[tuple[Node, str, list[Node]]]) -> None:
+    for node, key, towers in sums:
+        node.args[key] = primary_width(node) + sum(primary_width(c) for c in towers)
+
+
 def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides: dict | None = None,
                   base=None, implicit_defaults: dict | None = None):
     """A tiny, validated instance of ``config_class`` (or of ``base``'s class, starting from ``base``).
@@ -783,8 +807,10 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
     token_map = token_id_map(root, profile.vocab)
     old_patches = image_patches(root)
     old_side = image_side(root)
+    old_sums = _tower_width_sums(root)
     for node in root.walk():
         shrink_node(node, profile, widths, token_map)
+    _follow_tower_width_sums(old_sums)
     _scale_image_token_counts(root, old_patches, image_patches(root))
     _follow_channel_maps(root)
     _scale_pinpoints(root, old_side, image_side(root))

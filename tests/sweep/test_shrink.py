@@ -287,3 +287,12 @@ def test_contrastive_width_mismatch_sets_the_projection_width():
     assert shrink.implicit_default_from_error("mat1 and mat2 shapes cannot be multiplied (2x32 and 80x7)") is None
     config = shrink.shrink_config(AlignConfig, implicit_defaults=implicit)
     assert config.projection_dim == 80
+
+
+def test_fused_tower_widths_and_codec_encoder_widths_stay_small_and_consistent():
+    from transformers import DacConfig, Xcodec2Config
+
+    config = shrink.shrink_config(Xcodec2Config)  # quantization_dim = hidden_size + semantic tower's hidden_size
+    assert config.quantization_dim == config.hidden_size + config.semantic_model_config.hidden_size
+    assert config.encoder_hidden_size <= shrink.PROFILES[0].min_channel  # doubled at each downsampling ratio
+    assert shrink.shrink_config(DacConfig).encoder_hidden_size <= shrink.PROFILES[0].min_channel
