@@ -127,6 +127,8 @@ def _learned(candidate: dict[str, Any], hints: Hints, gen: torch.Generator) -> d
         if isinstance(value, torch.Tensor) and tuple(value.shape) != shape:
             if value.is_floating_point():
                 out[name] = torch.randn(*shape, generator=gen)
+            elif value.numel() and bool((value == value.flatten()[0]).all()):  # a constant (a mask of ones)
+                out[name] = torch.full(shape, int(value.flatten()[0]), dtype=value.dtype)
             else:
                 top = max(1, int(value.max()) + 1) if value.numel() else 1
                 out[name] = torch.randint(0, hints.bounds.get(name, top), shape, generator=gen)
@@ -339,6 +341,8 @@ _NORM_SHAPE = re.compile(r"normalized_shape=\[(\d+)\], expected input with shape
 _SUFFIX = re.compile(r"shape suffix torch.Size\(\[(\d+), (\d+)\]\) does not match expected suffix .{0,60}?\((\d+), "
                      r"\2\)")
 _KERNEL = re.compile(r"padded input size per channel: \((\d+)\)\. Kernel size: \((\d+)\)")
+_CAT = re.compile(r"Sizes of tensors must match except in dimension \d+\. Expected size (\d+) but got size (\d+) "
+                  r"for tensor number \d+ in the list")
 _BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton "
                         r"dimension (\d+)")
 
@@ -413,6 +417,11 @@ def _refine_by_culprit(hints: Hints, exc: BaseException, candidate: dict[str, An
     if found:  # a conv stack: the input's channels (dim 1) are the conv's input channels
         shape = _ints(found.group(3))
         name, value = _culprit(exc, candidate, shape=shape)
+        if name is None and len(shape) == 3 and shape[0] == 1:  # a 2-D input the conv took for one unbatched sample
+            name, value = _culprit(exc, candidate, shape=shape[1:])
+            if name and value.is_floating_point() and value.dim() == 2 and int(found.group(2)) == 1:
+                return _set_shape(hints, name, (value.shape[0], 1, max(value.shape[1], m.WAVEFORM)))
+            return False
         if name and value.is_floating_point() and value.dim() == 3:
             channels = int(found.group(2))
             steps = max(value.shape[2], m.WAVEFORM) if channels == 1 else value.shape[2]  # one channel: a signal
@@ -444,6 +453,16 @@ def _refine_by_culprit(hints: Hints, exc: BaseException, candidate: dict[str, An
         if name and value.dim() >= 2 and size < kernel:
             return _set_shape(hints, name, (*value.shape[:-1], value.shape[-1] * 4 * -(-kernel // size)))
         return False
+    found = _CAT.search(message)
+    if found:  # two branches concatenated along their features give different frame counts: inputs with the
+        # first branch's frames take the other's (Xcodec2: mel frames vs the waveform's frames after the hop)
+        first, other = int(found.group(1)), int(found.group(2))
+        changed = False
+        for name, value in candidate.items():
+            if isinstance(value, torch.Tensor) and first in value.shape[1:] and first != value.shape[0]:
+                axis = list(value.shape[1:]).index(first) + 1
+                changed |= _set_shape(hints, name, (*value.shape[:axis], other, *value.shape[axis + 1:]))
+        return changed
     found = _BROADCAST.search(message)
     if found:  # ids plus a per-codebook offset table: the ids need a trailing codebook axis
         a, b = int(found.group(1)), int(found.group(2))

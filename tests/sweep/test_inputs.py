@@ -137,6 +137,30 @@ def test_a_norm_handed_a_waveform_teaches_a_hidden_sequence():
     assert hints.shapes == {"input_values": (2, m.SEQ, 8)}
 
 
+def test_a_conv_that_takes_a_2d_waveform_for_one_sample_teaches_a_channel_axis():
+    conv = torch.nn.Conv1d(1, 4, 3)
+    waveform = torch.randn(2, m.WAVEFORM)
+    exc = _raise_inside(lambda x: conv(x), waveform)
+    hints = inputs.Hints()
+    assert inputs.refine_hints(hints, exc, {"input_values": waveform})
+    assert hints.shapes == {"input_values": (2, 1, m.WAVEFORM)}
+
+
+def test_branches_concatenated_with_different_frames_align_the_inputs_frames():
+    features, mask, waveform = torch.randn(2, 64, 16), torch.ones(2, 64, dtype=torch.long), torch.randn(2, 1, 800)
+
+    def fuse(features, waveform):
+        return torch.cat([features.transpose(1, 2), waveform.reshape(2, 32, 25)], dim=1)
+
+    exc = _raise_inside(fuse, features, waveform)
+    hints = inputs.Hints()
+    candidate = {"input_features": features, "input_features_mask": mask, "input_values": waveform}
+    assert inputs.refine_hints(hints, exc, candidate)
+    assert hints.shapes == {"input_features": (2, 25, 16), "input_features_mask": (2, 25)}
+    learned = inputs._learned(candidate, hints, torch.Generator().manual_seed(0))
+    assert learned["input_features_mask"].shape == (2, 25) and bool((learned["input_features_mask"] == 1).all())
+
+
 def test_an_embedding_bounds_the_ids_it_was_handed_and_candidates_follow():
     table = torch.nn.Embedding(10, 4)
     ids = torch.arange(16).view(2, 8)
