@@ -262,10 +262,12 @@ _SCATTER = re.compile(r"shape mismatch: value tensor of shape \[(\d+), (?:\d+, )
 
 def _statement_modality(exc: BaseException) -> str | None:
     """The modality the innermost failing statement names (``audio_embeds``, ``image_features``, ...)."""
-    for frame, _, text in failing_statements(exc):  # innermost first
-        if frame.f_code.co_filename.replace("\\", "/").endswith(_WRAPPER_FILES):
-            continue
-        return next((mod for mod in ("audio", "image", "video") if mod in text), None)
+    for frame, _, text in failing_statements(exc):  # innermost first: the innermost statement that names one (a
+        if frame.f_code.co_filename.replace("\\", "/").endswith(_WRAPPER_FILES):  # shared check is called per
+            continue  # modality)
+        found = next((mod for mod in ("audio", "image", "video") if mod in text), None)
+        if found:
+            return found
     return None
 
 
@@ -291,7 +293,7 @@ def _refine_named(hints: Hints, exc: BaseException, candidate: dict[str, Any] | 
             return True
     found = _PLACEHOLDERS.search(message)
     if found:
-        modality = (found.group(1) or "image").lower()
+        modality = (found.group(1) or _statement_modality(exc) or "image").lower()
         tokens, features = int(found.group(2)), int(found.group(3))
         per_row = max(1, features // BATCH)
         field = "audio_tokens" if modality == "audio" else "image_tokens"

@@ -753,6 +753,12 @@ def parameter_input(ctx: Context, name: str) -> torch.Tensor | None:
         base = ctx.made.get(name[:-len(suffix)]) if name.endswith(suffix) else None
         if isinstance(base, torch.Tensor):  # one segment spanning the whole input
             return torch.full(shape, base.shape[-1], dtype=torch.long)
+    features = ctx.made.get("input_features")
+    hop = ctx.find("hop_length")
+    if name.endswith("sample_lengths") and isinstance(features, torch.Tensor) and isinstance(hop, int) and hop > 0:
+        # waveform samples behind each spectrogram (Dots3Note's chunk_sample_lengths): frames x hop, frames on the
+        # last axis of (B, mels, T) features
+        return torch.full((features.shape[0],), features.shape[-1] * hop, dtype=torch.long)
     if name.endswith("mask"):
         like = _main_made(ctx)
         if "padding" in name and like is not None and like.is_floating_point():  # over audio / series samples

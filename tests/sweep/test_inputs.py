@@ -355,3 +355,28 @@ def test_placeholder_scatter_mismatch_teaches_the_count_of_the_modality_it_names
     hints = inputs.Hints()
     assert inputs.refine_hints(hints, exc, {})
     assert hints.audio_tokens == 5 and hints.image_tokens is None
+
+
+def test_a_shared_placeholder_check_takes_the_modality_its_caller_names():
+    def check(features):
+        raise ValueError(f"Multimodal features and placeholder tokens do not match, tokens: 2, features: {len(features)}")
+
+    def merge(audio_features):
+        audio_mask = check(audio_features)
+        return audio_mask
+
+    exc = _raise_inside(merge, torch.randn(16, 4))
+    hints = inputs.Hints()
+    assert inputs.refine_hints(hints, exc, {})
+    assert hints.audio_tokens == 8 and hints.image_tokens is None
+
+
+def test_sample_lengths_count_the_waveform_behind_the_features():
+    def forward(self, input_features, chunk_sample_lengths):
+        ...
+
+    model = _Model()
+    model.config.hop_length = 160
+    ctx = _ctx(model, forward)
+    ctx.made["input_features"] = torch.randn(2, 128, 64)
+    assert m.fallback(ctx, ["chunk_sample_lengths"])["chunk_sample_lengths"].tolist() == [64 * 160] * 2
