@@ -200,6 +200,8 @@ _PATCH_WIDTH = re.compile(r"pixel_values has patch width \d+ but the model expec
 _VECTORS_FOR = re.compile(r"Got (\d+) feature vectors for \d+ placeholder tokens")
 _PATCHES_FOR = re.compile(r"Got (\d+) image patches for \d+ image placeholder tokens")
 _TOO_SMALL = re.compile(r"too small to be scaled with scaled_images_ratios=\[([\d.]+)[^\]]*\] when patch_size=(\d+)")
+_POOL_TOO_SMALL = re.compile(r"Given input size: \([\dx]+\)\. Calculated output size: \(([\dx]+)\)\. Output size is "
+                             r"too small")
 _SAMPLES = re.compile(r"input_values`? length (\d+) is not a multiple of (\d+)")
 _TILES = re.compile(r"split_with_sizes expects split_sizes to sum exactly to \d+ \(input tensor's size at dimension "
                     r"0\), but got split_sizes=\[(\d+)")
@@ -321,6 +323,12 @@ def _refine_named(hints: Hints, exc: BaseException, candidate: dict[str, Any] | 
             setattr(hints, field, per_row)
             return True
         return False
+    found = _POOL_TOO_SMALL.search(message)
+    pixels = (candidate or {}).get("pixel_values")
+    if found and "0" in found.group(1).split("x")[1:] and isinstance(pixels, torch.Tensor) and pixels.dim() >= 4:
+        # a pooling or conv window larger than what is left of the image after the stem: a larger image
+        hints.image_side = 2 * max(pixels.shape[-2:])
+        return True
     if _stacked_images(hints, message, candidate or {}):
         return True
     for pattern, field, value in _LEARNED_SIZES:

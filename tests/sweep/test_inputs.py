@@ -380,3 +380,11 @@ def test_sample_lengths_count_the_waveform_behind_the_features():
     ctx = _ctx(model, forward)
     ctx.made["input_features"] = torch.randn(2, 128, 64)
     assert m.fallback(ctx, ["chunk_sample_lengths"])["chunk_sample_lengths"].tolist() == [64 * 160] * 2
+
+
+def test_a_pooling_window_larger_than_the_remaining_image_asks_for_a_larger_image():
+    pixels = torch.randn(2, 3, 2, 2)
+    exc = _raise_inside(lambda x: torch.nn.functional.avg_pool2d(x, (3, 2)), pixels)
+    hints = inputs.Hints()
+    assert inputs.refine_hints(hints, exc, {"pixel_values": pixels})
+    assert hints.image_side == 4
