@@ -37,8 +37,7 @@ ATOL = RTOL = 1e-4
 #: the planned activation arena of a tiny model stays small: bounds come from the config and the sample, not a
 #: large generic cap (which plans GBs); the largest today is t5 (~69 MiB: no position limit, so 256 tokens x batch 8)
 MAX_PLANNED_BYTES = 128 * 2**20
-#: the subset exported static as well, in CI (each export costs seconds; these three cover text, vision and convs);
-#: the twelve dynamic exports run by hand (-m slow) and, as sweep cases of the same architectures, in CI's smoke sweep
+#: the subset exported static as well (each export costs seconds; these three cover text, vision and convs)
 STATIC_SUBSET = ("bert", "vit", "convnext")
 
 
@@ -59,7 +58,6 @@ def _meta(manager) -> dict:
     return json.loads(manager._config_methods[META_METHOD])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", list(TINY_MODELS))
 def test_dynamic_pte_matches_eager(name, tmp_path):
     tiny = TINY_MODELS[name]
