@@ -205,8 +205,8 @@ _POOL_TOO_SMALL = re.compile(r"Given input size: \([\dx]+\)\. Calculated output 
 _SAMPLES = re.compile(r"input_values`? length (\d+) is not a multiple of (\d+)")
 _TILES = re.compile(r"split_with_sizes expects split_sizes to sum exactly to \d+ \(input tensor's size at dimension "
                     r"0\), but got split_sizes=\[(\d+)")
-_NORMALIZED = re.compile(r"normalized_shape=\[(\d+)\], expected input with shape \[\*, \1\], but got input of "
-                         r"size\s*\[(\d+), (\d+), (\d+)\]")
+_NORM_SHAPE = re.compile(r"normalized_shape=\[(\d+)\], expected input with shape \[\*, \1\], but got input of "
+                         r"size\s*\[([\d, ]+)\]")
 
 
 def _round_up(got: int, multiple: int) -> int:
@@ -222,7 +222,8 @@ _LEARNED_SIZES = (
     (_TOO_SMALL, "image_side", lambda m: int(math.ceil(int(m.group(2)) / float(m.group(1))))),
     (_SAMPLES, "samples", lambda m: _round_up(int(m.group(1)), int(m.group(2)))),
     (_TILES, "tiles", lambda m: int(m.group(1))),
-    (_NORMALIZED, "feature_dim", lambda m: int(m.group(1))),
+    # a norm over the features of a (B, T, F) input names F
+    (_NORM_SHAPE, "feature_dim", lambda m: int(m.group(1)) if len(_ints(m.group(2))) == 3 else None),
 )
 
 
@@ -333,8 +334,9 @@ def _refine_named(hints: Hints, exc: BaseException, candidate: dict[str, Any] | 
         return True
     for pattern, field, value in _LEARNED_SIZES:
         found = pattern.search(message)
-        if found and getattr(hints, field) != value(found):
-            setattr(hints, field, value(found))
+        learned = value(found) if found else None
+        if learned is not None and getattr(hints, field) != learned:
+            setattr(hints, field, learned)
             return True
     return False
 
@@ -346,8 +348,6 @@ _WRAPPER_FILES = ("torch/nn/modules/module.py", "transformers/utils/generic.py",
 _INDEX_RANGE = "index out of range in self"
 _CONV_CHANNELS = re.compile(r"weight of size \[(\d+), (\d+), [\d, ]+\], expected input\[([\d, ]+)\] to have \d+ "
                             r"channels, but got (\d+) channels")
-_NORM_SHAPE = re.compile(r"normalized_shape=\[(\d+)\], expected input with shape \[\*, \1\], but got input of "
-                         r"size\s*\[([\d, ]+)\]")
 _SUFFIX = re.compile(r"shape suffix torch.Size\(\[(\d+), (\d+)\]\) does not match expected suffix .{0,60}?\((\d+), "
                      r"\2\)")
 _KERNEL = re.compile(r"padded input size per channel: \((\d+)\)\. Kernel size: \((\d+)\)")
