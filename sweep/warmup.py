@@ -25,37 +25,34 @@ from sweep.isolation import WARM_ENV
 WARMABLE = ("dynamo", "onnx", "executorch")
 
 
-class _WarmupModule:
-    """Built lazily so that importing this module without warming stays free."""
+def tiny_module():
+    """``(module, inputs)`` to warm with; torch is imported here so that importing this module stays free."""
+    import torch
 
-    @staticmethod
-    def build():
-        import torch
+    class Tiny(torch.nn.Module):
+        """Embedding, masked attention, linear, GELU, LayerNorm, softmax: the ops of most tiny models."""
 
-        class Tiny(torch.nn.Module):
-            """Embedding, masked attention, linear, GELU, LayerNorm, softmax: the ops of most tiny models."""
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(16, 8)
+            self.linear = torch.nn.Linear(8, 8)
+            self.norm = torch.nn.LayerNorm(8)
 
-            def __init__(self):
-                super().__init__()
-                self.embed = torch.nn.Embedding(16, 8)
-                self.linear = torch.nn.Linear(8, 8)
-                self.norm = torch.nn.LayerNorm(8)
+        def forward(self, input_ids, attention_mask):
+            h = self.embed(input_ids) * attention_mask[..., None]
+            q = h[:, None]
+            h = torch.nn.functional.scaled_dot_product_attention(q, q, q)[:, 0]
+            return {"logits": self.norm(torch.nn.functional.gelu(self.linear(h))).softmax(-1)}
 
-            def forward(self, input_ids, attention_mask):
-                h = self.embed(input_ids) * attention_mask[..., None]
-                q = h[:, None]
-                h = torch.nn.functional.scaled_dot_product_attention(q, q, q)[:, 0]
-                return {"logits": self.norm(torch.nn.functional.gelu(self.linear(h))).softmax(-1)}
-
-        inputs = {"input_ids": torch.zeros(2, 4, dtype=torch.long), "attention_mask": torch.ones(2, 4)}
-        return Tiny().eval(), inputs
+    inputs = {"input_ids": torch.zeros(2, 4, dtype=torch.long), "attention_mask": torch.ones(2, 4)}
+    return Tiny().eval(), inputs
 
 
 def warm(backends) -> dict[str, float]:
     """Export the tiny module with each backend in ``backends`` (``dynamic=True``); seconds per backend."""
     import torch
 
-    from engine import AutoExportConfig, AutoExporter
+    from engine import AutoExporter
 
     torch.set_num_threads(1)
     seconds = {}
@@ -64,11 +61,10 @@ def warm(backends) -> dict[str, float]:
             continue
         started = time.perf_counter()
         try:
-            model, inputs = _WarmupModule.build()
-            config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
+            model, inputs = tiny_module()
             with warnings.catch_warnings(), torch.no_grad():
                 warnings.simplefilter("ignore")
-                AutoExporter.from_config(config).export(model, inputs, config=config)
+                AutoExporter.export(model, inputs, {"export_format": backend, "dynamic": True})
         except Exception as e:  # an optimisation only: the cases report the backend's real error
             print(f"export-sweep: warm-up of {backend} failed ({type(e).__name__}: {e}); its cases start cold", file=sys.stderr)
             continue

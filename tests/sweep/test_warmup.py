@@ -20,7 +20,7 @@ def test_a_failing_warm_up_leaves_the_backend_cold_with_one_line(monkeypatch, ca
     def broken():
         raise RuntimeError("no tiny module today")
 
-    monkeypatch.setattr(warmup._WarmupModule, "build", staticmethod(broken))
+    monkeypatch.setattr(warmup, "tiny_module", broken)
     assert warmup.warm(["dynamo"]) == {}
     assert capsys.readouterr().err.strip() == (
         "export-sweep: warm-up of dynamo failed (RuntimeError: no tiny module today); its cases start cold"
