@@ -1,6 +1,10 @@
 """Seconds for export_for_generation per model and backend: ours vs transformers.exporters (the peer).
 
 Run by hand:  ./dev bench bench_generation [--backends dynamo,onnx,executorch] [--models llama,t5] [--repeats 1]
+                                          [--peer-multi-token]
+Our decode component keeps its query length symbolic (one or several new tokens per step); the peer's default
+decode takes exactly one token. ``--peer-multi-token`` asks the peer for the same kind of decode
+(``multi_token_decode=True``), the like-for-like comparison; without it the peer does less.
 CPU seconds of this process are reported (wall time swings when other jobs share the machine); the two
 exporters alternate. A failing exporter is shown as such, with its first error line.
 """
@@ -25,6 +29,9 @@ def ours(backend, model, inputs):
     return AutoExporter.export_for_generation(model, inputs, {"export_format": backend, "dynamic": True})
 
 
+PEER_MULTI_TOKEN = False
+
+
 def peer(backend, model, inputs):
     import transformers.exporters as peer_exporters
 
@@ -33,7 +40,8 @@ def peer(backend, model, inputs):
         "onnx": (peer_exporters.OnnxExporter, peer_exporters.OnnxConfig),
         "executorch": (peer_exporters.ExecutorchExporter, peer_exporters.ExecutorchConfig),
     }[backend]
-    return exporter().export_for_generation(model, dict(inputs), config=config(dynamic=True))
+    return exporter().export_for_generation(model, dict(inputs), config=config(dynamic=True),
+                                              multi_token_decode=PEER_MULTI_TOKEN)
 
 
 def cpu_seconds(fn, backend, name):
@@ -51,7 +59,10 @@ def main():
     parser.add_argument("--backends", default="dynamo,onnx,executorch")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--peer-multi-token", action="store_true", help="the peer's decode with a symbolic query length")
     args = parser.parse_args()
+    global PEER_MULTI_TOKEN
+    PEER_MULTI_TOKEN = args.peer_multi_token
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     print(f"{'model':<12} {'backend':<11} {'ours s':>8} {'peer s':>8} {'ours/peer':>10}")

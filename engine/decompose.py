@@ -26,7 +26,7 @@ import torch
 
 from engine.errors import InputError, ModelError
 from engine.prepare import OUTPUT_FLAGS, accepted_input_names, check_model, model_name
-from engine.pytree import is_cache_object
+from engine.pytree import fill_leaves, get_leaf_tensors, is_cache_object
 
 # prefill + three decode calls; the last two are merged, so every cache length in the decode example is >= 2
 # (an encoder-decoder's self-attention cache holds one token before the first decode call, and torch.export
@@ -62,6 +62,10 @@ class GenerationPlan:
     #: generate()'s stopping and padding, as the model's generation config says
     eos_token_ids: list[int] = field(default_factory=list)
     pad_token_id: int | None = None
+    #: the decode cache's leaves before the first token (``{leaf: tensor}``), when the prefill can run as a
+    #: decode step over it; kept by ``export_for_generation`` only once the decode program reproduced the
+    #: eager prefill on it (see :func:`empty_cache_leaves`)
+    empty_cache: dict[str, torch.Tensor] | None = None
 
 
 # ─── Capture ─────────────────────────────────────────────────────────────────────────────────────
@@ -186,6 +190,48 @@ def merge_decode_calls(first: dict[str, Any], second: dict[str, Any], plan: Gene
     return merged
 
 
+# ─── Prefill as a decode step over an empty cache ─────────────────────────────────────────────────
+
+def empty_cache_leaves(prefill_cache: Any, first: Any, second: Any) -> dict[str, torch.Tensor] | None:
+    """The decode cache's leaves as they are before any token, or None when they cannot be told.
+
+    A decode step whose query length is symbolic computes the prefill too when it is given the cache as it
+    is before the prompt: every leaf that grows by one position per token (the keys and values of a dynamic
+    cache) at length 0, every other leaf as the prefill received it (a counter). ``first`` and ``second``
+    are the caches of two consecutive one-token decode calls; a leaf that neither grows nor was there at
+    the prefill (a static cache's buffers, a state-space model's states) leaves the answer open: None.
+    """
+    before = get_leaf_tensors(prefill_cache) if prefill_cache is not None else {}
+    a, b = get_leaf_tensors(first), get_leaf_tensors(second)
+    if not a or set(a) != set(b):
+        return None
+    empty = {}
+    for name, leaf in a.items():
+        grown = _growing_dim(leaf, b[name])
+        if grown is not None:
+            empty[name] = leaf.new_zeros([0 if d == grown else s for d, s in enumerate(leaf.shape)])
+        elif name in before and before[name].shape == leaf.shape:
+            empty[name] = before[name].clone()
+        else:
+            return None
+    return empty
+
+
+def prefill_through_decode(plan: GenerationPlan, prefill_kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Decode-step kwargs that compute the prefill: the prefill's values, the decode cache refilled with
+    :attr:`GenerationPlan.empty_cache`. None when the two steps do not take the same kwargs."""
+    decode = plan.templates[plan.decode]
+    cache_names = [k for k, v in decode.items() if is_cache_object(v)]
+    if plan.empty_cache is None or len(cache_names) != 1:
+        return None
+    tensors = lambda kwargs: {k for k, v in kwargs.items() if isinstance(v, torch.Tensor)}  # noqa: E731
+    if tensors(decode) != tensors(prefill_kwargs):
+        return None
+    out = {k: prefill_kwargs.get(k, v) for k, v in decode.items()}
+    out[cache_names[0]] = fill_leaves(decode[cache_names[0]], plan.empty_cache)
+    return out
+
+
 # ─── Public decompositions ───────────────────────────────────────────────────────────────────────
 
 def _require_generate(model: Any) -> None:
@@ -227,6 +273,9 @@ def decompose_prefill_decode(model: torch.nn.Module, inputs: Mapping[str, Any], 
             f"skiplists/generate_skip.yaml with the reason)"
         )
     prefill, decode = _clean(calls[0]), merge_decode_calls(_clean(calls[-2]), _clean(calls[-1]), plan)
+    caches = [next((v for v in call.values() if is_cache_object(v)), None) for call in (calls[0], calls[-2], calls[-1])]
+    if caches[1] is not None and caches[2] is not None:
+        plan.empty_cache = empty_cache_leaves(*caches)
     for flags in (prefill, decode):
         flags.update({k: v for k, v in calls[0].items() if k in OUTPUT_FLAGS})
     plan.token_input = "decoder_input_ids" if "decoder_input_ids" in decode else "input_ids"

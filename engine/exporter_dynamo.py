@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import logging
 from collections.abc import Mapping
@@ -57,6 +58,8 @@ class DynamoExporter:
 
         Returns ``{component: artifact}`` with the generation plan attached, ready for :func:`engine.generate`.
         With an ``output_path`` in the config, each component is written beside it as ``<stem>.<component><suffix>``.
+        When the decode program also computes the prefill (checked, see :meth:`_decode_serves_prefill`), the
+        ``prefill`` entry is that same artifact and file.
         """
         from engine.decompose import GenerationPlan, decompose_for_generation
         from engine.generate import GenerationComponents
@@ -68,9 +71,42 @@ class DynamoExporter:
         components = GenerationComponents(plan=plan)
         with apply_patches("generation"):  # the capture too: templates must match what the steps compute
             parts = decompose_for_generation(model, inputs, plan)
-            for name, (module, kwargs) in parts.items():
-                components[name] = self.export(module, kwargs, config=_component_config(config, name))
-        return components
+            for name in sorted(parts, key=lambda n: n == "prefill"):  # the decode first: it may serve the prefill
+                if name != "prefill" or not self._decode_serves_prefill(components, parts, plan):
+                    module, kwargs = parts[name]
+                    components[name] = self.export(module, kwargs, config=_component_config(config, name))
+        return GenerationComponents({name: components[name] for name in parts}, plan=plan)
+
+    def _decode_serves_prefill(self, components: Mapping[str, Any], parts: Mapping[str, Any], plan: Any) -> bool:
+        """Whether the (already exported) decode program computes the prefill, so it is not exported twice.
+
+        A decode step with a symbolic query length over an empty dynamic cache *is* a prefill (the peer's
+        ``multi_token_decode`` says as much). That is checked, not assumed: the decode artifact runs on the
+        captured prompt over :attr:`GenerationPlan.empty_cache` and must match the eager prefill leaf by leaf
+        (logits and the cache it fills). Otherwise the prefill gets its own program.
+        """
+        from engine.compare import compare_leaves
+        from engine.decompose import prefill_through_decode
+        from engine.pytree import get_leaf_tensors
+        from engine.runtime import run_exported
+
+        (module, prefill), decode = parts["prefill"], components.get("decode")
+        kwargs = prefill_through_decode(plan, prefill) if decode is not None and module is parts["decode"][0] else None
+        if kwargs is not None:
+            with torch.no_grad():
+                expected = get_leaf_tensors(module(**copy.deepcopy(prefill)))
+            try:
+                got = run_exported(decode, kwargs)
+            except Exception as e:  # an artifact that rejects an empty cache: the prefill is exported on its own
+                logger.debug("%s: the decode program does not run the prefill: %s", model_name(module), e)
+            else:
+                comparison = compare_leaves(expected, got)
+                if comparison.ok:
+                    components["prefill"] = decode
+                    return True
+                logger.debug("%s: the decode program differs from the prefill: %s", model_name(module), comparison)
+        plan.empty_cache = None
+        return False
 
     def trace(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: DynamoConfig) -> torch.export.ExportedProgram:
         """Stages 1-5 around ``torch.export.export``; returns the ``ExportedProgram``."""

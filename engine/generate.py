@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from engine.decompose import GenerationPlan
+from engine.decompose import GenerationPlan, prefill_through_decode
 from engine.errors import InputError
 from engine.pytree import fill_leaves, get_leaf_tensors, is_cache_object
 from engine.runtime import run_exported
@@ -105,6 +105,8 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
         # generate()'s convention: positions count the attended tokens of each row
         values["position_ids"] = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
     prefill_kwargs = _fill(prefill_template, values, None)
+    if plan.empty_cache is not None:  # the decode program computes the prefill over the empty cache
+        prefill_kwargs = prefill_through_decode(plan, prefill_kwargs)
     outputs = run_exported(components[plan.prefill], prefill_kwargs)
 
     decode_template = plan.templates[plan.decode]

@@ -54,14 +54,15 @@ def _pytree_children(obj: Any) -> list[Any] | None:
     return None
 
 
-#: cache layers hold keys/values as [batch, heads, seq, head_dim]: heads and head_dim are the model's own
-_KV_DYNAMIC_DIMS = (0, 2)
+#: cache layers hold keys/values as [batch, heads, seq, head_dim]: heads and head_dim are the model's own;
+#: the sequence may be empty (a decode step over the cache as it is before the prompt computes the prefill)
+_KV_DYNAMIC_DIMS = {0: Dim.AUTO, 2: Dim.AUTO(min=0)}
 
 
 def _kv_spec(layer: Any, name: str, value: Any) -> Any:
     if name in ("keys", "values") and isinstance(value, torch.Tensor) and value.ndim == 4 \
             and isinstance(layer, cache_utils.CacheLayerMixin):
-        return {d: Dim.AUTO for d in _KV_DYNAMIC_DIMS}
+        return dict(_KV_DYNAMIC_DIMS)
     return None
 
 

@@ -119,7 +119,8 @@ _RULES: list[tuple[re.Pattern, Any]] = [
      lambda m: f"executorch: op not in core ATen ({_op(m.group(1))})"),
     (re.compile(r"Missing out variants: \{'([\w.:]+)'"),
      lambda m: f"executorch: no out variant for {_op(m.group(1))}"),
-    (re.compile(r"SpecViolationError"), "executorch: program violates the edge dialect spec"),
+    # torch.export's verifier on load, or ExecuTorch's edge-dialect verifier: the same error type
+    (re.compile(r"SpecViolationError"), "verifier: the program violates its dialect's spec (SpecViolationError)"),
     (re.compile(r"(?:Failed to execute|method->execute\(\)|execute\(\) failed|load_method).*?(?:error|Error)"
                 r"(?: code)?:? *(0x[0-9a-fA-F]+|\d+)", re.S),
      lambda m: f"executorch runtime: error {m.group(1)}"),

@@ -106,3 +106,38 @@ def test_generate_that_never_calls_forward_is_named():
     model.__class__ = NoForwardGenerate
     with pytest.raises(ModelError, match="called its top-level forward 0 time"):
         decompose_prefill_decode(model, MODELS["gpt2"].inputs())
+
+
+# ── Prefill served by the decode program ─────────────────────────────────────────────────────────
+
+def _dynamic_cache(length: int):
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.update(torch.randn(2, 2, length, 4), torch.randn(2, 2, length, 4), 0)
+    return cache
+
+
+def test_empty_cache_leaves_zero_the_growing_dim():
+    from engine.decompose import empty_cache_leaves
+
+    empty = empty_cache_leaves(None, _dynamic_cache(5), _dynamic_cache(6))
+    assert {k: tuple(v.shape) for k, v in empty.items()} == {"0.keys": (2, 2, 0, 4), "0.values": (2, 2, 0, 4)}
+
+
+def test_empty_cache_leaves_unknown_for_fixed_state():
+    """A leaf that neither grows nor was there at the prefill (a static buffer, an SSM state) cannot be
+    emptied by rule: the prefill keeps its own program."""
+    from engine.decompose import empty_cache_leaves
+
+    assert empty_cache_leaves(None, _dynamic_cache(5), _dynamic_cache(5)) is None
+
+
+def test_decode_program_serves_prefill_only_where_it_reproduces_it():
+    """Decoder-only models with a dynamic cache export one program for both steps (it was checked against
+    the eager prefill); a static cache and an encoder-decoder keep a prefill of their own."""
+    for name, cache, shared in (("gpt2", "dynamic", True), ("gpt2", "static", False), ("t5", "dynamic", False)):
+        model = MODELS[name].model()
+        components = AutoExporter.export_for_generation(model, generation_inputs(name, 0, cache, model), {"export_format": "dynamo", "dynamic": True})
+        assert (components["prefill"] is components["decode"]) is shared, (name, cache)
+        assert (components.plan.empty_cache is not None) is shared, (name, cache)

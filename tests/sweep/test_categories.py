@@ -55,6 +55,9 @@ REALISTIC = [
      "executorch: op not in core ATen (aten.nonzero)"),
     (fail("RuntimeError", "RuntimeError: Missing out variants: {'aten::_upsample_bicubic2d_aa'}", stage="lower"),
      "executorch: no out variant for aten._upsample_bicubic2d_aa"),
+    # seen on the dynamo backend (torch.export's verifier while loading a saved program): not ExecuTorch's
+    (fail("SpecViolationError", "SpecViolationError: Node.meta wrap_with_set_grad_enabled is missing val field.",
+          stage="load"), "verifier: the program violates its dialect's spec (SpecViolationError)"),
     (fail("RuntimeError", "RuntimeError: method->execute() failed with error 0x12", stage="run"),
      "executorch runtime: error 0x12"),
     (fail("forward_error", "ASTForAudioClassification: forward_error: IndexError: Dimension out of range (expected to "
