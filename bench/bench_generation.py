@@ -12,6 +12,7 @@ exporters alternate. A failing exporter is shown as such, with its first error l
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -29,10 +30,7 @@ def ours(backend, model, inputs):
     return AutoExporter.export_for_generation(model, inputs, {"export_format": backend, "dynamic": True})
 
 
-PEER_MULTI_TOKEN = False
-
-
-def peer(backend, model, inputs):
+def peer(backend, model, inputs, multi_token=False):
     import transformers.exporters as peer_exporters
 
     exporter, config = {
@@ -41,7 +39,7 @@ def peer(backend, model, inputs):
         "executorch": (peer_exporters.ExecutorchExporter, peer_exporters.ExecutorchConfig),
     }[backend]
     return exporter().export_for_generation(model, dict(inputs), config=config(dynamic=True),
-                                              multi_token_decode=PEER_MULTI_TOKEN)
+                                              multi_token_decode=multi_token)
 
 
 def cpu_seconds(fn, backend, name):
@@ -61,8 +59,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--peer-multi-token", action="store_true", help="the peer's decode with a symbolic query length")
     args = parser.parse_args()
-    global PEER_MULTI_TOKEN
-    PEER_MULTI_TOKEN = args.peer_multi_token
+    peer_export = functools.partial(peer, multi_token=args.peer_multi_token)
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     print(f"{'model':<12} {'backend':<11} {'ours s':>8} {'peer s':>8} {'ours/peer':>10}")
@@ -71,7 +68,7 @@ def main():
         for name in args.models.split(","):
             t_ours, t_peer, notes = [], [], []
             for repeat in range(args.repeats):
-                order = [("ours", ours), ("peer", peer)][:: 1 if repeat % 2 == 0 else -1]
+                order = [("ours", ours), ("peer", peer_export)][:: 1 if repeat % 2 == 0 else -1]
                 for label, fn in order:
                     seconds, note = cpu_seconds(fn, backend, name)
                     (t_ours if label == "ours" else t_peer).append(seconds)

@@ -192,6 +192,11 @@ def merge_decode_calls(first: dict[str, Any], second: dict[str, Any], plan: Gene
 
 # ─── Prefill as a decode step over an empty cache ─────────────────────────────────────────────────
 
+def cache_kwargs(kwargs: Mapping[str, Any]) -> list[str]:
+    """The names of the cache objects among a step's kwargs."""
+    return [k for k, v in kwargs.items() if is_cache_object(v)]
+
+
 def empty_cache_leaves(prefill_cache: Any, first: Any, second: Any) -> dict[str, torch.Tensor] | None:
     """The decode cache's leaves as they are before any token, or None when they cannot be told.
 
@@ -221,7 +226,7 @@ def prefill_through_decode(plan: GenerationPlan, prefill_kwargs: Mapping[str, An
     """Decode-step kwargs that compute the prefill: the prefill's values, the decode cache refilled with
     :attr:`GenerationPlan.empty_cache`. None when the two steps do not take the same kwargs."""
     decode = plan.templates[plan.decode]
-    cache_names = [k for k, v in decode.items() if is_cache_object(v)]
+    cache_names = cache_kwargs(decode)
     if plan.empty_cache is None or len(cache_names) != 1:
         return None
     tensors = lambda kwargs: {k for k, v in kwargs.items() if isinstance(v, torch.Tensor)}  # noqa: E731
@@ -273,7 +278,7 @@ def decompose_prefill_decode(model: torch.nn.Module, inputs: Mapping[str, Any], 
             f"skiplists/generate_skip.yaml with the reason)"
         )
     prefill, decode = _clean(calls[0]), merge_decode_calls(_clean(calls[-2]), _clean(calls[-1]), plan)
-    caches = [next((v for v in call.values() if is_cache_object(v)), None) for call in (calls[0], calls[-2], calls[-1])]
+    caches = [next((call[k] for k in cache_kwargs(call)), None) for call in (calls[0], calls[-2], calls[-1])]
     if caches[1] is not None and caches[2] is not None:
         plan.empty_cache = empty_cache_leaves(*caches)
     for flags in (prefill, decode):

@@ -15,12 +15,15 @@ from typing import Any
 
 import torch
 
+from engine.compare import compare_leaves
 from engine.configs import DynamoConfig
+from engine.decompose import GenerationPlan, prefill_through_decode
 from engine.errors import ExportStageError
 import engine.model_patches  # noqa: F401  (registers the model patches every exporter traces with)
 from engine.patches import apply_patches
 from engine.prepare import model_name, prepare_for_export
-from engine.pytree import register_pytree_nodes
+from engine.pytree import get_leaf_tensors, register_pytree_nodes
+from engine.runtime import run_exported
 from engine.shapes import auto_dynamic_shapes, specialised_dims, warn_specialised
 from engine.signature import flat_forward, restore_module_state
 from engine.versions import warn_on_version_drift
@@ -61,48 +64,45 @@ class DynamoExporter:
         When the decode program also computes the prefill (checked, see :meth:`_decode_serves_prefill`), the
         ``prefill`` entry is that same artifact and file.
         """
-        from engine.decompose import GenerationPlan, decompose_for_generation
+        from engine.decompose import decompose_for_generation
         from engine.generate import GenerationComponents
 
         import engine.generation_patches  # noqa: F401  (registers the "generation" patches)
 
         config = self.config_class.coerce(config)
         plan = GenerationPlan()
-        components = GenerationComponents(plan=plan)
+        exported: dict[str, Any] = {}
         with apply_patches("generation"):  # the capture too: templates must match what the steps compute
             parts = decompose_for_generation(model, inputs, plan)
             for name in sorted(parts, key=lambda n: n == "prefill"):  # the decode first: it may serve the prefill
-                if name != "prefill" or not self._decode_serves_prefill(components, parts, plan):
+                if name == "prefill" and self._decode_serves_prefill(exported.get("decode"), parts, plan):
+                    exported[name] = exported["decode"]
+                else:
                     module, kwargs = parts[name]
-                    components[name] = self.export(module, kwargs, config=_component_config(config, name))
-        return GenerationComponents({name: components[name] for name in parts}, plan=plan)
+                    exported[name] = self.export(module, kwargs, config=_component_config(config, name))
+        return GenerationComponents({name: exported[name] for name in parts}, plan=plan)
 
-    def _decode_serves_prefill(self, components: Mapping[str, Any], parts: Mapping[str, Any], plan: Any) -> bool:
-        """Whether the (already exported) decode program computes the prefill, so it is not exported twice.
+    @staticmethod
+    def _decode_serves_prefill(decode: Any, parts: Mapping[str, Any], plan: GenerationPlan) -> bool:
+        """Whether the (already exported) ``decode`` artifact computes the prefill, so it is not exported twice.
 
         A decode step with a symbolic query length over an empty dynamic cache *is* a prefill (the peer's
         ``multi_token_decode`` says as much). That is checked, not assumed: the decode artifact runs on the
         captured prompt over :attr:`GenerationPlan.empty_cache` and must match the eager prefill leaf by leaf
-        (logits and the cache it fills). Otherwise the prefill gets its own program.
+        (logits and the cache it fills). Otherwise ``plan.empty_cache`` is dropped and the prefill gets its own
+        program.
         """
-        from engine.compare import compare_leaves
-        from engine.decompose import prefill_through_decode
-        from engine.pytree import get_leaf_tensors
-        from engine.runtime import run_exported
-
-        (module, prefill), decode = parts["prefill"], components.get("decode")
+        module, prefill = parts["prefill"]
         kwargs = prefill_through_decode(plan, prefill) if decode is not None and module is parts["decode"][0] else None
         if kwargs is not None:
             with torch.no_grad():
                 expected = get_leaf_tensors(module(**copy.deepcopy(prefill)))
             try:
-                got = run_exported(decode, kwargs)
+                comparison = compare_leaves(expected, run_exported(decode, kwargs))
             except Exception as e:  # an artifact that rejects an empty cache: the prefill is exported on its own
                 logger.debug("%s: the decode program does not run the prefill: %s", model_name(module), e)
             else:
-                comparison = compare_leaves(expected, got)
                 if comparison.ok:
-                    components["prefill"] = decode
                     return True
                 logger.debug("%s: the decode program differs from the prefill: %s", model_name(module), comparison)
         plan.empty_cache = None

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from engine.decompose import GenerationPlan, prefill_through_decode
+from engine.decompose import GenerationPlan, cache_kwargs, prefill_through_decode
 from engine.errors import InputError
 from engine.pytree import fill_leaves, get_leaf_tensors, is_cache_object
 from engine.runtime import run_exported
@@ -31,10 +31,6 @@ class GenerationComponents(dict):
     def __init__(self, *args, plan: GenerationPlan, **kwargs):
         super().__init__(*args, **kwargs)
         self.plan = plan
-
-
-def _cache_kwarg(template: Mapping[str, Any]) -> str | None:
-    return next((k for k, v in template.items() if is_cache_object(v)), None)
 
 
 def _cache_outputs(outputs: dict[str, torch.Tensor], template_cache: Any) -> dict[str, torch.Tensor]:
@@ -110,7 +106,7 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
     outputs = run_exported(components[plan.prefill], prefill_kwargs)
 
     decode_template = plan.templates[plan.decode]
-    cache_name = _cache_kwarg(decode_template)
+    cache_name = next(iter(cache_kwargs(decode_template)), None)
     sequence = values[token_input]
     state = {name: prefill_kwargs[name] for name in (*plan.growing, *plan.token_dims) if name in prefill_kwargs}
     finished = torch.zeros(sequence.shape[0], dtype=torch.bool)
