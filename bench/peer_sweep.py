@@ -1,12 +1,14 @@
-"""Pass counts on the same tiny models: the engine against ``transformers.exporters`` (the peer), dynamo backend.
+"""Pass counts on the same tiny models: the engine against ``transformers.exporters`` (the peer), per backend.
 
 Each class runs through the sweep's own case (build, eager, export, run at the traced and a second shape,
-compare every leaf at the same tolerance), isolated in a child process, with the peer's ``DynamoExporter``
-standing in for ours. The peer's program runs in memory (ours is also saved and loaded in the sweep rows, a
-stricter test). Our side is read from a sweep row file of the same classes, e.g. the full-catalog run:
+compare every leaf at the same tolerance), isolated in a child process, with the peer's exporter for the backend
+standing in for ours. The peer's artifact runs in memory on its own runtime (ours is also saved and loaded in
+the sweep rows, a stricter test). Our side is read from a sweep row file of the same classes, e.g.:
 
     ./dev sweep --models=all --backend=dynamo --report-dir=reports/baseline --resume
     ./dev bench peer_sweep --ours reports/baseline/results.jsonl --shard 1/10 --out reports/peer_dynamo.jsonl
+    ./dev bench peer_sweep --backend=executorch --models=smoke --ours reports/smoke/results.jsonl \
+        --out reports/peer_smoke_executorch.jsonl
 
 ``--shard i/n`` takes the same deterministic slice of the catalog the sweep's ``--shard`` does.
 """
@@ -31,12 +33,26 @@ from sweep.shard import parse_shard, shard_of  # noqa: E402
 
 
 def peer_export(model, inputs, config):
-    """The peer's ``DynamoExporter`` with the same ``dynamic`` setting the sweep case asks of ours."""
-    from transformers.exporters import DynamoConfig as PeerConfig
-    from transformers.exporters import DynamoExporter as PeerExporter
+    """The peer's exporter for the case's backend, with the same ``dynamic`` setting the sweep asks of ours.
 
-    exported = PeerExporter().export(model, inputs, config=PeerConfig(dynamic=config["dynamic"]))
-    return exported.program  # its ExportedProgram, run like ours
+    Dynamo: its ExportedProgram, run like ours. ONNX and ExecuTorch: a function that runs the peer's own
+    runtime (onnxruntime, the ExecuTorch runtime) through its ``ExportedModel``, which returns what the model
+    returns, so the leaves are compared under the same names as ours."""
+    import transformers.exporters as peer
+
+    exporter, peer_config = {
+        "dynamo": (peer.DynamoExporter, peer.DynamoConfig),
+        "onnx": (peer.OnnxExporter, peer.OnnxConfig),
+        "executorch": (peer.ExecutorchExporter, peer.ExecutorchConfig),
+    }[config["export_format"]]
+    exported = exporter().export(model, inputs, config=peer_config(dynamic=config["dynamic"]))
+    if config["export_format"] == "dynamo":
+        return exported.program
+
+    def run(run_inputs):
+        return exported(**run_inputs)
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,26 +60,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ours", type=Path, required=True, help="our sweep rows (results.jsonl) for the same classes")
     parser.add_argument("--models", default="all", help="as the sweep's --models (default: all)")
     parser.add_argument("--shard", default=None, metavar="I/N", help="the same slice as the sweep's --shard I/N")
-    parser.add_argument("--out", type=Path, default=Path("reports/peer_dynamo.jsonl"))
+    parser.add_argument("--backend", choices=("dynamo", "onnx", "executorch"), default="dynamo")
+    parser.add_argument("--out", type=Path, default=None, help="default: reports/peer_<backend>.jsonl")
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
+    backend = args.backend
+    args.out = args.out or Path(f"reports/peer_{backend}.jsonl")
 
-    ours = {r["model"]: r for r in read_rows(args.ours) if r["backend"] == "dynamo" and r.get("shapes") == "dynamic"}
+    ours = {r["model"]: r for r in read_rows(args.ours) if r["backend"] == backend and r.get("shapes") == "dynamic"}
     models = resolve_models(args.models)
     if args.shard:
         index, count = parse_shard(args.shard)
-        models = [m for m in models if shard_of(f"{m}-dynamo-dynamic", count) == index]
+        models = [m for m in models if shard_of(f"{m}-{backend}-dynamic", count) == index]
     models = [m for m in models if m in ours]
-    done = {r["model"]: r for r in read_rows(args.out)} if args.out.is_file() else {}
+    done = {r["model"]: r for r in read_rows(args.out) if r["backend"] == backend} if args.out.is_file() else {}
     print(f"{len(models)} classes with a row of ours; {len(done)} already measured for the peer", flush=True)
     for i, model in enumerate(models, 1):
         if model in done:
             continue
-        spec = {"model": model, "backend": "dynamo", "shapes": "dynamic", "atol": 1e-4, "rtol": 1e-4, "seed": 0,
+        spec = {"model": model, "backend": backend, "shapes": "dynamic", "atol": 1e-4, "rtol": 1e-4, "seed": 0,
                 "exporter": "bench.peer_sweep:peer_export"}
         started = time.time()
         result = run_isolated(run_case, spec, args.timeout)
-        row = {"model": model, "backend": "dynamo", "shapes": "dynamic", "exporter": "transformers.exporters",
+        row = {"model": model, "backend": backend, "shapes": "dynamic", "exporter": "transformers.exporters",
                "wall_seconds": round(time.time() - started, 3), **result}
         row["case_id"] = case_id(row)
         row["error_line"] = first_line(row.get("error"))
@@ -75,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     peer_counts = Counter(done[m]["status"] for m in models)
     our_counts = Counter(ours[m]["status"] for m in models)
-    print(f"\n{len(models)} classes, dynamo, dynamic shapes, atol=rtol=1e-4")
+    print(f"\n{len(models)} classes, {backend}, dynamic shapes, atol=rtol=1e-4")
     for name, counts in (("ours", our_counts), ("peer", peer_counts)):
         print(f"  {name:<5} " + ", ".join(f"{s} {counts[s]}" for s in ("pass", "discrepancy", "fail", "timeout", "crash", "skip")))
     only_ours = sorted(m for m in models if ours[m]["status"] == "pass" and done[m]["status"] != "pass")

@@ -10,6 +10,7 @@ import contextlib
 import copy
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -72,6 +73,7 @@ class DynamoExporter:
         config = self.config_class.coerce(config)
         plan = GenerationPlan()
         exported: dict[str, Any] = {}
+        seconds: dict[str, float] = {}
         with apply_patches("generation"):  # the capture too: templates must match what the steps compute
             parts = decompose_for_generation(model, inputs, plan)
             for name in sorted(parts, key=lambda n: n == "prefill"):  # the decode first: it may serve the prefill
@@ -79,8 +81,10 @@ class DynamoExporter:
                     exported[name] = exported["decode"]
                 else:
                     module, kwargs = parts[name]
+                    started = time.perf_counter()
                     exported[name] = self.export(module, kwargs, config=_component_config(config, name))
-        return GenerationComponents({name: exported[name] for name in parts}, plan=plan)
+                    seconds[name] = round(time.perf_counter() - started, 4)
+        return GenerationComponents({name: exported[name] for name in parts}, plan=plan, seconds=seconds)
 
     @staticmethod
     def _decode_serves_prefill(decode: Any, parts: Mapping[str, Any], plan: GenerationPlan) -> bool:

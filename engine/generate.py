@@ -26,11 +26,13 @@ from engine.runtime import run_exported
 
 
 class GenerationComponents(dict):
-    """``{component name: artifact}`` plus the :class:`GenerationPlan` that chains them."""
+    """``{component name: artifact}`` plus the :class:`GenerationPlan` that chains them, and the export seconds
+    of each component (``seconds``; a component served by another one's program took none)."""
 
-    def __init__(self, *args, plan: GenerationPlan, **kwargs):
+    def __init__(self, *args, plan: GenerationPlan, seconds: dict[str, float] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.plan = plan
+        self.seconds = dict(seconds or {})
 
 
 def _cache_outputs(outputs: dict[str, torch.Tensor], template_cache: Any) -> dict[str, torch.Tensor]:

@@ -14,6 +14,7 @@ import importlib
 import tempfile
 import time
 import traceback
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,7 +169,8 @@ class LocalCase:
 
 def _stand_in_exporter(path: str) -> Callable[[torch.nn.Module, dict, dict], Any]:
     """``"module:function"``: an exporter measured by the same harness instead of the engine (the peer
-    comparison in ``bench/peer_sweep.py``); it takes ``(model, inputs, config_dict)``."""
+    comparison in ``bench/peer_sweep.py``); it takes ``(model, inputs, config_dict)`` and returns an artifact
+    :func:`engine.run_exported` runs, or a plain function ``inputs -> model outputs`` that runs its own."""
     module, _, function = path.partition(":")
     return getattr(importlib.import_module(module), function)
 
@@ -184,7 +186,7 @@ def _build(spec: dict[str, Any]):
 
 def run_case(spec: dict[str, Any], progress: Callable[[str], None] = lambda stage: None) -> dict[str, Any]:
     """Run one case; ``spec`` has model, backend, shapes, atol, rtol, seed (and onnx_disable_optimize)."""
-    from engine import AutoExporter, AutoExportConfig, ExportStageError, run_exported
+    from engine import AutoExporter, AutoExportConfig, ExportStageError, get_leaf_tensors, run_exported
     from engine.compare import compare_leaves
     from sweep.errors import ZooError
 
@@ -234,7 +236,10 @@ def run_case(spec: dict[str, Any], progress: Callable[[str], None] = lambda stag
             diffs, worst = {}, None
             for label, inputs in shapes:
                 enter("run")
-                got = run_exported(loaded, inputs)
+                if isinstance(loaded, types.FunctionType):  # a stand-in exporter's own runtime
+                    got = get_leaf_tensors(loaded(dict(inputs)))
+                else:
+                    got = run_exported(loaded, inputs)
                 enter("compare")
                 comparison = compare_leaves(expected[label], got, atol=spec["atol"], rtol=spec["rtol"])
                 for leaf in comparison.leaves:

@@ -4,6 +4,7 @@ import torch
 import transformers as tf
 from torch.export import Dim
 
+from engine.pytree import pytree_attributes
 from engine.shapes import auto_dynamic_shapes, configured_image_sizes
 
 
@@ -29,3 +30,21 @@ def test_rectangular_image_size_and_video_frames():
 
 def test_without_a_config_every_dim_is_dynamic():
     assert auto_dynamic_shapes({"pixel_values": torch.zeros(1, 3, 32, 32)}) == {"pixel_values": {d: Dim.AUTO for d in range(4)}}
+
+
+def test_cache_keys_values_grow_and_recurrent_states_vary_by_batch_only():
+    from transformers import cache_utils
+
+    attention = cache_utils.DynamicLayer()
+    attention.keys, attention.values = torch.zeros(2, 4, 3, 8), torch.zeros(2, 4, 3, 8)
+    recurrent = cache_utils.LinearAttentionLayer()
+    recurrent.conv_states, recurrent.recurrent_states = {0: torch.zeros(2, 80, 4)}, {0: torch.zeros(2, 8, 8, 8)}
+    cache = cache_utils.DynamicCache.__new__(cache_utils.DynamicCache)
+    cache_utils.Cache.__init__(cache, layers=[attention, recurrent])
+
+    (layers,) = auto_dynamic_shapes({"past_key_values": cache})["past_key_values"]
+    keys_spec = layers[0][[name for name, _ in pytree_attributes(attention)].index("keys")]
+    assert keys_spec == {0: Dim.AUTO, 2: Dim.AUTO(min=0)}  # heads and head_dim are the model's; the cache may be empty
+    for name, value in zip([name for name, _ in pytree_attributes(recurrent)], layers[1]):
+        if name in ("conv_states", "recurrent_states"):
+            assert value == {0: {0: Dim.AUTO}}  # [batch, <model constants>]

@@ -1,0 +1,49 @@
+"""``run_case`` with a stand-in exporter (``bench/peer_sweep.py``): an artifact that runs its own runtime."""
+
+import torch
+
+from sweep.case import run_case
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return {"logits": self.linear(x)}
+
+
+def _tiny(seed):
+    torch.manual_seed(seed)
+    return Tiny().eval(), {"x": torch.randn(2, 5, 4)}
+
+
+SWEEP_MODELS = {"Tiny": _tiny}
+
+
+def runs_the_model(model, inputs, config):
+    """A stand-in whose 'runtime' is the model itself: every leaf matches."""
+    return lambda run_inputs: model(**run_inputs)
+
+
+def runs_it_wrong(model, inputs, config):
+    return lambda run_inputs: {"logits": model(**run_inputs)["logits"] + 1}
+
+
+def _spec(exporter):
+    return {"model": "Tiny", "model_module": __name__, "backend": "onnx", "shapes": "dynamic", "atol": 1e-4,
+            "rtol": 1e-4, "seed": 0, "exporter": f"{__name__}:{exporter}"}
+
+
+def test_a_stand_in_that_runs_its_own_runtime_is_compared_leaf_by_leaf():
+    row = run_case(_spec("runs_the_model"))
+    assert row["status"] == "pass", row.get("error")
+    assert row["shapes_run"] == ["traced", "second"]
+    assert set(row["diffs"]) == {"traced:logits", "second:logits"}
+
+
+def test_a_stand_in_with_wrong_numbers_is_a_discrepancy():
+    row = run_case(_spec("runs_it_wrong"))
+    assert row["status"] == "discrepancy"
+    assert row["diffs"]["traced:logits"]["max_abs"] > 0.9
