@@ -6,11 +6,16 @@ Every (model, exporter) pair runs in a fresh subprocess: ``--repeats`` exports w
 the ``.pte`` on disk (wall and CPU seconds; the table shows medians), then one run of the ``.pte`` on the ExecuTorch
 runtime at the traced shape. The peak RSS is the subprocess's ``ru_maxrss`` at the end (imports, exports and the
 run). CPU seconds are the fairer figure on a shared machine. The engine never imports the peer; only this file does.
+
+``--check-identical PATCH`` instead exports each model with our exporter with and without one of its ExecuTorch
+patches (the factory's name, e.g. ``_patch_xnnpack_idle_retraces``), for a patch that must not change the
+result: it prints both CPU times and whether the ``.pte`` bytes are identical, and exits 1 if any differ.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -42,8 +47,19 @@ def _peer(model, inputs, path):
     return lambda: exported(**inputs)
 
 
+def _without_patch(factory_name: str) -> None:
+    """Unregister one of our ExecuTorch patches (by its factory's name) in this process."""
+    from engine import executorch_patches  # noqa: F401  (registers them)
+    from engine.patches import _PATCHES
+
+    kept = [p for p in _PATCHES["executorch"] if p.factory.__name__ != factory_name]
+    if len(kept) == len(_PATCHES["executorch"]):
+        raise SystemExit(f"no ExecuTorch patch named {factory_name!r}")
+    _PATCHES["executorch"][:] = kept
+
+
 def worker(side: str, name: str, repeats: int) -> dict:
-    """One (model, exporter) measurement, in this (fresh) process."""
+    """One (model, exporter) measurement, in this (fresh) process. ``side``: ours, peer, or ours-without:PATCH."""
     sys.path.insert(0, str(ROOT))
     warnings.simplefilter("ignore")
     import torch
@@ -52,7 +68,9 @@ def worker(side: str, name: str, repeats: int) -> dict:
 
     torch.set_num_threads(1)
     tiny = TINY_MODELS[name]
-    export = _ours if side == "ours" else _peer
+    if side.startswith("ours-without:"):
+        _without_patch(side.partition(":")[2])
+    export = _peer if side == "peer" else _ours
     wall, cpu, size = [], [], 0
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, f"{name}.pte")
@@ -63,9 +81,37 @@ def worker(side: str, name: str, repeats: int) -> dict:
             wall.append(time.perf_counter() - w)
             cpu.append(time.process_time() - c)
             size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
         run()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"wall_s": statistics.median(wall), "cpu_s": statistics.median(cpu), "pte_kb": size / 1024, "rss_mb": rss_mb}
+    return {"wall_s": statistics.median(wall), "cpu_s": statistics.median(cpu), "pte_kb": size / 1024, "rss_mb": rss_mb,
+            "sha256": digest}
+
+
+def check_identical(patch: str, names: list[str], repeats: int, timeout: int) -> int:
+    """Exports with and without ``patch``: CPU seconds and whether the ``.pte`` bytes match; 1 if any differ."""
+    print(f"{'model':<12} {'with s':>7} {'without s':>9} {'ratio':>6}  identical .pte", flush=True)
+    differ = 0
+    for name in names:
+        with_, without = measure("ours", name, repeats, timeout), measure(f"ours-without:{patch}", name, repeats, timeout)
+        if "error" in with_ or "error" in without:
+            print(f"{name:<12} with: {with_.get('error', 'ok')} | without: {without.get('error', 'ok')}", flush=True)
+            differ += ("error" in with_) != ("error" in without)
+            continue
+        verdict = "yes"
+        if with_["sha256"] != without["sha256"]:  # is the export deterministic at all? export once more without
+            again = measure(f"ours-without:{patch}", name, repeats, timeout).get("sha256")
+            if again == with_["sha256"]:
+                verdict = "yes (the export without the patch is not deterministic: 2 runs, 2 files; one matches)"
+            elif again != without["sha256"]:
+                verdict = "unknown (the export without the patch is not deterministic: 2 runs, 2 files)"
+            else:
+                verdict = "NO"
+                differ += 1
+        print(f"{name:<12} {with_['cpu_s']:7.1f} {without['cpu_s']:9.1f} {with_['cpu_s'] / without['cpu_s']:6.2f}  "
+              f"{verdict}", flush=True)
+    return 1 if differ else 0
 
 
 def measure(side: str, name: str, repeats: int, timeout: int) -> dict:
@@ -86,6 +132,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", default=None, help="comma-separated names from tests/engine/tiny_models.py")
     parser.add_argument("--timeout", type=int, default=1800)
+    parser.add_argument("--check-identical", metavar="PATCH", help="with and without this patch: same .pte bytes?")
     parser.add_argument("--worker", nargs=2, metavar=("SIDE", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -96,6 +143,8 @@ def main():
     from tests.engine.tiny_models import TINY_MODELS
 
     names = args.models.split(",") if args.models else list(TINY_MODELS)
+    if args.check_identical:
+        raise SystemExit(check_identical(args.check_identical, names, args.repeats, args.timeout))
     header = f"{'model':<12} {'ours s':>7} {'peer s':>7} {'ours cpu':>8} {'peer cpu':>8} {'cpu o/p':>7} {'ours KB':>8} {'peer KB':>8} {'ours MB':>8} {'peer MB':>8}"
     print(header, flush=True)
     ratios = []

@@ -210,4 +210,80 @@ def _patch_edge_verifier_python_sym_functions(original):
     return set(original) | {op for op in _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS if isinstance(op, types.FunctionType)}
 
 
+#: ExportPass hooks through which a pass rewrites nodes *during* its retrace (such a pass always retraces)
+_RETRACE_HOOKS = ("placeholder", "call_operator", "call_sym", "call_cond", "call_while", "call_map", "call_scan",
+                  "call_getitem", "output", "call_submodule", "call_delegate")
+
+
+def _rewrites_before_retracing(pass_class, export_pass_class) -> bool:
+    """An ExportPass whose own ``call`` edits the graph and then retraces it (``super().call(gm)``) only to
+    refresh the nodes' metadata: it overrides ``call`` and none of the hooks that rewrite during the retrace."""
+    return (issubclass(pass_class, export_pass_class) and pass_class.call is not export_pass_class.call
+            and all(getattr(pass_class, h, None) is getattr(export_pass_class, h, None) for h in _RETRACE_HOOKS))
+
+
+def _graph_structure(graph_module: torch.fx.GraphModule) -> list:
+    """Every node with its op, target and arguments (the objects themselves: an edit replaces one of them)."""
+    return [(n, n.op, n.target, n.args, n.kwargs) for n in graph_module.graph.nodes]
+
+
+@register_patch("executorch", "executorch.backends.xnnpack._passes.XNNPACKPassManager.transform", requires=_EXECUTORCH)
+def _patch_xnnpack_idle_retraces(original):
+    """Pattern: XNNPACK's preprocess runs its 17 graph passes on every delegated partition, and nearly every pass
+    ends with ``super().call(graph_module)``: a full retrace of the partition on fake tensors with symbolic
+    shapes, then a new ExportedProgram and its verification, whether or not the pass found anything to rewrite
+    (``ConvertToUpsampleBilinear2d`` on a model without upsampling). A tiny Llama has 25 partitions, so 375
+    retraces, 3.6 of the 11.8 CPU seconds of its whole export, and 15 of the 17 passes change nothing.
+
+    This runs the same passes in the same order, and skips the retrace of a pass that edits the graph before
+    retracing (:func:`_rewrites_before_retracing`) when its edits left every node as it was, reporting the
+    pass as not modifying the program. Passes that rewrite during the retrace always run it. The ``.pte``
+    bytes are unchanged (``bench/bench_executorch.py --check-identical``). Not an upstream bug: a cost of the
+    pass design (executorch/backends/xnnpack/_passes/__init__.py), worth an upstream proposal.
+    """
+    from executorch.backends.xnnpack._passes import XNNPACKPass
+    from executorch.exir.pass_base import ExportPass
+    from executorch.exir.program._program import _transform
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    from engine.patches import swap_attributes
+
+    retrace = ExportPass.call
+    unchanged_since: dict[int, list] = {}  # id(graph module) -> its structure when the running pass started
+
+    def call(export_pass, graph_module):
+        start = unchanged_since.get(id(graph_module))
+        if start is not None and _graph_structure(graph_module) == start:
+            return PassResult(graph_module, False)
+        return retrace(export_pass, graph_module)
+
+    class SkipIdleRetrace:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __call__(self, graph_module):
+            start = _graph_structure(graph_module)
+            unchanged_since[id(graph_module)] = start
+            try:
+                result = self.inner(graph_module)
+            finally:
+                unchanged_since.pop(id(graph_module), None)
+            if result is not None and result.graph_module is graph_module and _graph_structure(graph_module) == start:
+                return PassResult(graph_module, False)
+            return result
+
+    def transform(self):
+        if not all(isinstance(p, type) and issubclass(p, ExportPass) for p in self.passes):
+            return original(self)
+        program = self.exported_program
+        skippable = [_rewrites_before_retracing(p, ExportPass) for p in self.passes]
+        with swap_attributes([(ExportPass, "call", call)]):
+            for pass_class, skip_if_idle in zip(self.passes, skippable):
+                instance = pass_class(program) if issubclass(pass_class, XNNPACKPass) else pass_class()
+                program = _transform(program, SkipIdleRetrace(instance) if skip_if_idle else instance)
+        return program
+
+    return transform
+
+
 # ── Stage 5: FX node fixes ────────────────────────────────────────────────────────────────────────

@@ -249,3 +249,21 @@ def test_lowering_falls_back_when_executorch_lacks_a_step(monkeypatch):
     monkeypatch.setattr(exporter, "_ONE_PASS_HELPERS", (*exporter._ONE_PASS_HELPERS, "_a_step_of_a_future_executorch"))
     monkeypatch.setattr(_program, "to_edge_transform_and_lower", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert _pte_bytes() and calls == [1]
+
+
+def test_idle_xnnpack_passes_skip_their_retrace_and_the_bytes_are_unchanged(monkeypatch):
+    from executorch.exir.pass_base import ExportPass
+
+    from engine.patches import _PATCHES
+
+    retraces = []
+    real_call = ExportPass.call
+    monkeypatch.setattr(ExportPass, "call", lambda self, gm: retraces.append(type(self).__name__) or real_call(self, gm))
+    with_patch, retraces_with = _pte_bytes(), len(retraces)
+    retraces.clear()
+    kept = [p for p in _PATCHES["executorch"] if p.name != "_patch_xnnpack_idle_retraces"]
+    assert len(kept) == len(_PATCHES["executorch"]) - 1
+    monkeypatch.setitem(_PATCHES, "executorch", kept)
+    without_patch, retraces_without = _pte_bytes(), len(retraces)
+    assert with_patch == without_patch
+    assert retraces_with < retraces_without / 2  # most of the 17 passes find nothing to rewrite in this block
