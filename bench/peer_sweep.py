@@ -8,7 +8,7 @@ the sweep rows, a stricter test). Our side is read from a sweep row file of the 
     ./dev sweep --models=all --backend=dynamo --report-dir=reports/baseline --resume
     ./dev bench peer_sweep --ours reports/baseline/results.jsonl --shard 1/10 --out reports/peer_dynamo.jsonl
     ./dev bench peer_sweep --backend=executorch --models=smoke --ours reports/smoke/results.jsonl \
-        --out reports/peer_smoke_executorch.jsonl
+        --out reports/peer/smoke_executorch.jsonl
 
 ``--shard i/n`` takes the same deterministic slice of the catalog the sweep's ``--shard`` does.
 """
