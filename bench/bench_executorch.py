@@ -15,6 +15,7 @@ result: it prints both CPU times and whether the ``.pte`` bytes are identical, a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -47,17 +48,6 @@ def _peer(model, inputs, path):
     return lambda: exported(**inputs)
 
 
-def _without_patch(factory_name: str) -> None:
-    """Unregister one of our ExecuTorch patches (by its factory's name) in this process."""
-    from engine import executorch_patches  # noqa: F401  (registers them)
-    from engine.patches import _PATCHES
-
-    kept = [p for p in _PATCHES["executorch"] if p.factory.__name__ != factory_name]
-    if len(kept) == len(_PATCHES["executorch"]):
-        raise SystemExit(f"no ExecuTorch patch named {factory_name!r}")
-    _PATCHES["executorch"][:] = kept
-
-
 def worker(side: str, name: str, repeats: int) -> dict:
     """One (model, exporter) measurement, in this (fresh) process. ``side``: ours, peer, or ours-without:PATCH."""
     sys.path.insert(0, str(ROOT))
@@ -66,13 +56,15 @@ def worker(side: str, name: str, repeats: int) -> dict:
 
     from tests.engine.tiny_models import TINY_MODELS
 
+    from engine import executorch_patches  # noqa: F401  (registers the patches one side may leave out)
+    from engine.patches import patch_disabled
+
     torch.set_num_threads(1)
     tiny = TINY_MODELS[name]
-    if side.startswith("ours-without:"):
-        _without_patch(side.partition(":")[2])
     export = _peer if side == "peer" else _ours
+    left_out = side.partition("ours-without:")[2]
     wall, cpu, size = [], [], 0
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, patch_disabled("executorch", left_out) if left_out else contextlib.nullcontext():
         path = os.path.join(tmp, f"{name}.pte")
         for _ in range(repeats):
             model, inputs = tiny.model(), tiny.inputs("trace")

@@ -31,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine import AutoExporter  # noqa: E402
+from bench.peer import peer_exporter  # noqa: E402
 from tests.engine.test_generate import MODELS, generation_inputs  # noqa: E402
 
 
@@ -39,13 +40,7 @@ def ours(backend, model, inputs):
 
 
 def peer(backend, model, inputs, multi_token=False):
-    import transformers.exporters as peer_exporters
-
-    exporter, config = {
-        "dynamo": (peer_exporters.DynamoExporter, peer_exporters.DynamoConfig),
-        "onnx": (peer_exporters.OnnxExporter, peer_exporters.OnnxConfig),
-        "executorch": (peer_exporters.ExecutorchExporter, peer_exporters.ExecutorchConfig),
-    }[backend]
+    exporter, config = peer_exporter(backend)
     return exporter().export_for_generation(model, dict(inputs), config=config(dynamic=True),
                                               multi_token_decode=multi_token)
 

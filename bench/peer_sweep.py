@@ -6,7 +6,7 @@ standing in for ours. The peer's artifact runs in memory on its own runtime (our
 the sweep rows, a stricter test). Our side is read from a sweep row file of the same classes, e.g.:
 
     ./dev sweep --models=all --backend=dynamo --report-dir=reports/baseline --resume
-    ./dev bench peer_sweep --ours reports/baseline/results.jsonl --shard 1/10 --out reports/peer_dynamo.jsonl
+    ./dev bench peer_sweep --ours reports/baseline/results.jsonl --shard 1/10 --out reports/peer/dynamo.jsonl
     ./dev bench peer_sweep --backend=executorch --models=smoke --ours reports/smoke/results.jsonl \
         --out reports/peer/smoke_executorch.jsonl
 
@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.peer import peer_exporter  # noqa: E402
 from sweep.case import run_case  # noqa: E402
 from sweep.categories import categorize, first_line  # noqa: E402
 from sweep.isolation import run_isolated  # noqa: E402
@@ -38,13 +39,7 @@ def peer_export(model, inputs, config):
     Dynamo: its ExportedProgram, run like ours. ONNX and ExecuTorch: a function that runs the peer's own
     runtime (onnxruntime, the ExecuTorch runtime) through its ``ExportedModel``, which returns what the model
     returns, so the leaves are compared under the same names as ours."""
-    import transformers.exporters as peer
-
-    exporter, peer_config = {
-        "dynamo": (peer.DynamoExporter, peer.DynamoConfig),
-        "onnx": (peer.OnnxExporter, peer.OnnxConfig),
-        "executorch": (peer.ExecutorchExporter, peer.ExecutorchConfig),
-    }[config["export_format"]]
+    exporter, peer_config = peer_exporter(config["export_format"])
     exported = exporter().export(model, inputs, config=peer_config(dynamic=config["dynamic"]))
     if config["export_format"] == "dynamo":
         return exported.program
@@ -61,11 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="all", help="as the sweep's --models (default: all)")
     parser.add_argument("--shard", default=None, metavar="I/N", help="the same slice as the sweep's --shard I/N")
     parser.add_argument("--backend", choices=("dynamo", "onnx", "executorch"), default="dynamo")
-    parser.add_argument("--out", type=Path, default=None, help="default: reports/peer_<backend>.jsonl")
+    parser.add_argument("--out", type=Path, default=None, help="default: reports/peer/<backend>.jsonl")
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
     backend = args.backend
-    args.out = args.out or Path(f"reports/peer_{backend}.jsonl")
+    args.out = args.out or Path(f"reports/peer/{backend}.jsonl")
 
     ours = {r["model"]: r for r in read_rows(args.ours) if r["backend"] == backend and r.get("shapes") == "dynamic"}
     models = resolve_models(args.models)

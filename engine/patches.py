@@ -113,6 +113,24 @@ def registered_patches(backend: str) -> list[Patch]:
     return list(_PATCHES[backend])
 
 
+@contextlib.contextmanager
+def patch_disabled(backend: str, name: str) -> Iterator[None]:
+    """Leave the registered patch whose factory is ``name`` out of :func:`apply_patches` while inside: to check
+    that a patch changes nothing it must not change, and to measure what it saves."""
+    _check_backend(backend)
+    before = _PATCHES[backend]
+    kept = [p for p in before if p.name != name]
+    if len(kept) == len(before):
+        from engine.errors import ConfigError
+
+        raise ConfigError(f"no {backend} patch named {name!r}; registered: {', '.join(p.name for p in before)}")
+    _PATCHES[backend] = kept
+    try:
+        yield
+    finally:  # patches registered meanwhile (a lazily imported patch module) are kept
+        _PATCHES[backend] = before + [p for p in _PATCHES[backend] if p not in kept]
+
+
 def resolve_dotted_path(path: str) -> tuple[Any, str]:
     """Split ``"pkg.module.Class.attr"`` into ``(owner object, "attr")`` by importing the longest module prefix."""
     parts = path.split(".")

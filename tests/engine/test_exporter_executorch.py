@@ -254,16 +254,14 @@ def test_lowering_falls_back_when_executorch_lacks_a_step(monkeypatch):
 def test_idle_xnnpack_passes_skip_their_retrace_and_the_bytes_are_unchanged(monkeypatch):
     from executorch.exir.pass_base import ExportPass
 
-    from engine.patches import _PATCHES
+    from engine.patches import patch_disabled
 
     retraces = []
     real_call = ExportPass.call
     monkeypatch.setattr(ExportPass, "call", lambda self, gm: retraces.append(type(self).__name__) or real_call(self, gm))
     with_patch, retraces_with = _pte_bytes(), len(retraces)
     retraces.clear()
-    kept = [p for p in _PATCHES["executorch"] if p.name != "_patch_xnnpack_idle_retraces"]
-    assert len(kept) == len(_PATCHES["executorch"]) - 1
-    monkeypatch.setitem(_PATCHES, "executorch", kept)
-    without_patch, retraces_without = _pte_bytes(), len(retraces)
+    with patch_disabled("executorch", "_patch_xnnpack_idle_retraces"):
+        without_patch, retraces_without = _pte_bytes(), len(retraces)
     assert with_patch == without_patch
     assert retraces_with < retraces_without / 2  # most of the 17 passes find nothing to rewrite in this block
