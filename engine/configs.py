@@ -108,16 +108,26 @@ class ExecutorchConfig(DynamoConfig):
     """Options of the ExecuTorch exporter, on top of :class:`DynamoConfig`.
 
     - ``backend``: ``"xnnpack"`` (CPU, fp32; default) or ``"cuda"`` (CUDA, bf16).
+    - ``max_seq_len``: upper bound of every dynamic sequence-like input dim (not the batch, not an image's
+      height/width). ExecuTorch plans memory for each dim's upper bound, so the default (the config's
+      ``max_position_embeddings`` and the like, or a bound torch.export derived) can plan gigabytes for a tiny
+      model; a smaller ``max_seq_len`` plans for that length instead. A dim traced longer keeps its traced
+      size as the bound. ``None``: the default bounds.
     """
 
     export_format: ClassVar[str] = "executorch"
 
     backend: str = "xnnpack"
+    max_seq_len: int | None = None
 
     def __post_init__(self):
         super().__post_init__()
         if not isinstance(self.backend, str):
             raise ConfigError(f"ExecutorchConfig.backend must be a string, got {self.backend!r}")
+        if self.max_seq_len is not None and (
+            isinstance(self.max_seq_len, bool) or not isinstance(self.max_seq_len, int) or self.max_seq_len < 2
+        ):
+            raise ConfigError(f"ExecutorchConfig.max_seq_len must be None or an int >= 2, got {self.max_seq_len!r}")
 
 
 CONFIG_CLASSES: dict[str, type[DynamoConfig]] = {c.export_format: c for c in (DynamoConfig, OnnxConfig, ExecutorchConfig)}

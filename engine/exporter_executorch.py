@@ -145,7 +145,7 @@ class ExecutorchExporter(DynamoExporter):
         traced_inputs, _ = split_inputs(inputs)
 
         # ── Stage 4: FX program fixes ────────────────────────────────────────────────────────────
-        program.graph_module.meta[DIM_LIMITS_KEY] = DimLimits.from_model(model, name)
+        program.graph_module.meta[DIM_LIMITS_KEY] = DimLimits.from_model(model, name, config.max_seq_len)
         apply_fx_program_fixes("executorch", program)
         program.graph_module.meta.pop(DIM_LIMITS_KEY, None)
 
@@ -330,19 +330,23 @@ class DimLimits:
     model: str
     length: tuple[str, int] | None = None  # (config key, limit) for sequence-like dims
     image: tuple[str, int] | None = None  # (config key, limit) for spatial dims of images
+    max_seq_len: int | None = None  # ExecutorchConfig.max_seq_len: wins over ``length`` and derived bounds
 
     @classmethod
-    def from_model(cls, model: torch.nn.Module, name: str) -> DimLimits:
+    def from_model(cls, model: torch.nn.Module, name: str, max_seq_len: int | None = None) -> DimLimits:
         config = getattr(model, "config", None)
         lengths = _config_limits(config, POSITION_KEYS)
         images = _config_limits(config, IMAGE_KEYS)
         # the largest stated limit: a cap above one sub-model's limit costs memory, one below rejects valid inputs
-        return cls(name, max(lengths, key=lambda kv: kv[1], default=None), max(images, key=lambda kv: kv[1], default=None))
+        return cls(name, max(lengths, key=lambda kv: kv[1], default=None), max(images, key=lambda kv: kv[1], default=None),
+                   max_seq_len)
 
     def cap(self, role: str, traced: int) -> tuple[int, str]:
         """``(cap, why)`` for a dim of ``role`` (``"batch"``, ``"length"``, ``"image"``) traced at ``traced``."""
         if role == "batch":
             return max(BATCH_FACTOR * traced, MIN_BATCH_CAP), f"batch: {BATCH_FACTOR} x traced {traced}"
+        if role == "length" and self.max_seq_len is not None:
+            return max(self.max_seq_len, traced), f"max_seq_len={self.max_seq_len}"
         stated = self.image if role == "image" else self.length
         if stated is not None:
             key, limit = stated
@@ -389,9 +393,11 @@ def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
     that bound; ``int_oo`` fails ``eval_upper_bound``, and a large generic cap makes tiny models plan GBs.
     Each unbounded input dim is capped from the model config (``max_position_embeddings`` and the like for
     sequence dims, ``image_size`` for spatial dims) or, for the batch and for dims the config states no limit
-    for, from the traced size. Finite bounds (explicit ``Dim(min=, max=)``, or ones guards derived) are kept.
-    One :class:`UnboundedDimWarning` lists the caps. Both ``range_constraints`` (verifiers) and the shape
-    env's ``var_to_range`` (read by ExecuTorch's ``ConstraintBasedSymShapeEvalPass``) are updated.
+    for, from the traced size. Finite bounds (explicit ``Dim(min=, max=)``, or ones guards derived) are kept,
+    except that ``ExecutorchConfig.max_seq_len`` lowers a sequence dim's bound above it (Gemma3's guards bound
+    the length by 4094, and its attention scores then plan 2 GiB each). One :class:`UnboundedDimWarning` lists
+    the caps. Both ``range_constraints`` (verifiers) and the shape env's ``var_to_range`` (read by ExecuTorch's
+    ``ConstraintBasedSymShapeEvalPass``) are updated.
     Upstream: TODO: upstream issue not found (int_oo bounds are torch.export's documented Dim.AUTO behaviour).
     """
     limits: DimLimits = program.graph_module.meta.get(DIM_LIMITS_KEY) or DimLimits("model")
@@ -399,9 +405,9 @@ def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
     ranges = program._range_constraints
     env_ranges = shape_env.var_to_range if shape_env is not None else {}
 
-    def unbounded(sym) -> bool:
+    def upper(sym):
         vr = ranges.get(sym, env_ranges.get(sym))
-        return vr is not None and isinstance(vr.upper, IntInfinity)
+        return None if vr is None else vr.upper
 
     caps: dict[Any, tuple[int, str, str]] = {}  # symbol -> (cap, why, where)
     for node in _user_input_placeholders(program):
@@ -409,13 +415,19 @@ def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
         if not isinstance(val, torch.Tensor):
             continue
         for d, size in enumerate(val.shape):
-            if not isinstance(size, torch.SymInt):
+            if not isinstance(size, torch.SymInt) or not size.node.expr.is_symbol:
                 continue
-            expr = size.node.expr
-            if not (expr.is_symbol and unbounded(expr)):
+            expr, role = size.node.expr, _dim_role(val, d)
+            bound = upper(expr)
+            narrowed = role == "length" and limits.max_seq_len is not None and getattr(bound, "is_Integer", False)
+            if not (isinstance(bound, IntInfinity) or narrowed):
                 continue
             traced = int(size.node.hint) if size.node.hint is not None else 2
-            cap, why = limits.cap(_dim_role(val, d), traced)
+            cap, why = limits.cap(role, traced)
+            if narrowed:
+                if cap >= int(bound):
+                    continue
+                why += f", was {int(bound)}"
             if expr not in caps or cap > caps[expr][0]:
                 caps[expr] = (cap, why, f"{node.name} dim {d}")
     # symbols no input dim is exactly (derived or data-dependent sizes) get the largest input cap
@@ -423,7 +435,7 @@ def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
     internal = set()
     for table in (ranges, env_ranges):
         for sym, vr in list(table.items()):
-            if isinstance(vr.upper, IntInfinity):
+            if isinstance(vr.upper, IntInfinity) or sym in caps:
                 cap = caps[sym][0] if sym in caps else fallback
                 lower = vr.lower if not isinstance(vr.lower, NegativeIntInfinity) else 0
                 table[sym] = ValueRanges(lower, max(cap, int(lower)))
@@ -434,8 +446,9 @@ def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
         if internal:
             listing += f"; and {len(internal)} internal size(s) at the largest cap, {fallback}"
         warnings.warn(
-            f"{limits.model}: {len(caps)} dynamic input dim(s) had no upper bound and were capped for ExecuTorch memory "
-            f"planning: {listing}. Pass dynamic_shapes with torch.export.Dim(min=, max=) to choose the bounds.",
+            f"{limits.model}: {len(caps)} dynamic input dim(s) had no upper bound (or one above max_seq_len) and were "
+            f"capped for ExecuTorch memory planning: {listing}. Pass dynamic_shapes with torch.export.Dim(min=, max=) "
+            "to choose the bounds.",
             UnboundedDimWarning,
             stacklevel=2,
         )

@@ -28,6 +28,10 @@ _ARTIFACT_SUFFIX = {"dynamo": ".pt2", "onnx": ".onnx", "executorch": ".pte"}
 SECOND_BATCH = 3
 GENERATE = "generate"  # the shapes label of a generation case
 GENERATE_TOKENS = 8
+#: ExecuTorch plans memory for every dynamic dim's upper bound; at a model's own limits (Gemma3: 4094 tokens)
+#: one tiny case planned 7.5 GB and spent 24 s allocating it at load. The sweep runs a sequence at its traced
+#: length and shorter, so it bounds sequence dims at 8 x a text sample's length (``ExecutorchConfig.max_seq_len``).
+EXECUTORCH_MAX_SEQ_LEN = 64
 
 
 class StageClock:
@@ -84,6 +88,8 @@ def _config(spec: dict[str, Any]) -> dict[str, Any]:
     config: dict[str, Any] = {"export_format": EXPORT_FORMATS[spec["backend"]], "dynamic": spec["shapes"] == "dynamic"}
     if spec["backend"] == "onnx":
         config["optimize"] = not spec.get("onnx_disable_optimize", False)
+    if spec["backend"] == "executorch":
+        config["max_seq_len"] = EXECUTORCH_MAX_SEQ_LEN
     return config
 
 

@@ -165,6 +165,31 @@ def test_explicit_dim_bounds_are_respected():
         run_exported(manager, {"x": torch.randn(7, 5, 4)})
 
 
+def test_max_seq_len_lowers_a_bound_the_guards_derived():
+    tiny = TINY_MODELS["bert"]
+    model = tiny.model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager = ExecutorchExporter().export(model, tiny.inputs("trace"), config=ExecutorchConfig(dynamic=True, max_seq_len=16))
+    caps = [str(w.message) for w in caught if issubclass(w.category, UnboundedDimWarning)]
+    # bert's position table bounds the length by 128 (a guard); max_seq_len lowers it, the batch cap is unchanged
+    assert len(caps) == 1 and "input_ids dim 1 <= 16 (max_seq_len=16, was 128)" in caps[0], caps
+    assert {s["name"]: s["bounds"] for s in _meta(manager)["inputs"]}["input_ids"] == [[1, 8], [1, 16]]
+    default_plan = sum(_dynamic_export("bert")[1].executorch_program.execution_plan[0].non_const_buffer_sizes)
+    assert sum(manager.executorch_program.execution_plan[0].non_const_buffer_sizes) < default_plan / 4
+    inputs = tiny.make_inputs(3, 16, 1)
+    comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+    with pytest.raises(InputError, match="input_ids dim 1 is 17, outside the exported bounds: it must be between 1 and 16"):
+        run_exported(manager, tiny.make_inputs(2, 17, 0))
+
+
+@pytest.mark.parametrize("bad", [1, 0, "64", True, 8.0])
+def test_max_seq_len_must_be_an_int_of_at_least_two(bad):
+    with pytest.raises(ConfigError, match=r"ExecutorchConfig.max_seq_len must be None or an int >= 2, got"):
+        ExecutorchConfig(max_seq_len=bad)
+
+
 def test_auto_classes_pick_the_executorch_exporter():
     config = AutoExportConfig.from_dict({"export_format": "executorch", "backend": "xnnpack", "dynamic": True})
     assert isinstance(config, ExecutorchConfig)
