@@ -281,6 +281,7 @@ def test_idle_xnnpack_passes_skip_their_retrace_and_the_bytes_are_unchanged(monk
 
     from engine.patches import patch_disabled
 
+    _pte_bytes()  # XNNPACK exports its pattern graphs (SDPA, bilinear upsampling) on first use: not counted here
     retraces = []
     real_call = ExportPass.call
     monkeypatch.setattr(ExportPass, "call", lambda self, gm: retraces.append(type(self).__name__) or real_call(self, gm))
@@ -290,3 +291,38 @@ def test_idle_xnnpack_passes_skip_their_retrace_and_the_bytes_are_unchanged(monk
         without_patch, retraces_without = _pte_bytes(), len(retraces)
     assert with_patch == without_patch
     assert retraces_with < retraces_without / 2  # most of the 17 passes find nothing to rewrite in this block
+
+
+class _SigmoidAdd(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.sigmoid(x) + y
+
+
+def test_edge_dtype_check_reads_recorded_values_and_keeps_its_verdicts(monkeypatch):
+    import executorch.exir.verification.verifier as verifier
+    from executorch.exir import to_edge
+    from torch._export.verifier import SpecViolationError
+
+    from engine.executorch_patches import _patch_edge_dtype_check_from_meta
+
+    graph = to_edge(torch.export.export(_SigmoidAdd(), (torch.randn(2, 3), torch.randn(2, 3)))).exported_program().graph_module
+    original = verifier._check_tensor_args_matching_op_allowed_dtype
+    patched = _patch_edge_dtype_check_from_meta(original)
+    runs = []
+    real_run = torch.fx.Interpreter.run
+    monkeypatch.setattr(torch.fx.Interpreter, "run", lambda self, *a, **k: runs.append(1) or real_run(self, *a, **k))
+    assert patched(graph) is None and runs == []  # a valid graph passes without re-running a single op
+    assert original(graph) is None and runs == [1]
+    x = next(n for n in graph.graph.nodes if n.op == "placeholder")
+    x.meta["val"] = x.meta["val"].to(torch.float16)  # sigmoid(half) + float: the edge add takes one dtype
+    for check in (original, patched):
+        with pytest.raises(SpecViolationError, match="taking Tensor inputs with mismatched dtypes"):
+            check(graph)
+
+
+def test_edge_dtype_check_from_recorded_values_leaves_the_bytes_unchanged():
+    from engine.patches import patch_disabled
+
+    with_patch = _pte_bytes()
+    with patch_disabled("executorch", "_patch_edge_dtype_check_from_meta"):
+        assert _pte_bytes() == with_patch
