@@ -326,3 +326,32 @@ def test_edge_dtype_check_from_recorded_values_leaves_the_bytes_unchanged():
     with_patch = _pte_bytes()
     with patch_disabled("executorch", "_patch_edge_dtype_check_from_meta"):
         assert _pte_bytes() == with_patch
+
+
+def test_edge_operator_passes_fuse_in_order_and_a_re_entering_pass_starts_a_group():
+    from executorch.exir.passes import base_pre_op_replace_passes
+    from executorch.exir.passes.memory_format_ops_pass import MemoryFormatOpsPass
+    from executorch.exir.passes.remove_mixed_type_operators import RemoveMixedTypeOperators
+    from executorch.exir.passes.replace_aten_with_edge_pass import OpReplacePass
+
+    from engine.executorch_patches import _operator_pass_classes, fuse_operator_passes
+
+    passes = [*base_pre_op_replace_passes, RemoveMixedTypeOperators(), OpReplacePass(), MemoryFormatOpsPass()]
+    fused = fuse_operator_passes(passes, _operator_pass_classes())
+    names = [type(getattr(p, "__wrapped__", p)).__name__ for p in fused]
+    assert names == [
+        "ReplaceSymSizeOpPass",
+        "NormalizeTransposePass+ReplaceBrokenOpsWithFunctionalOpsPass+ScalarToTensorPass",
+        "SymToTensorPass",  # re-enters self.call_operator: starts a group, and the next pass is not an operator pass
+        "RemoveNoopPass", "PruneEmptyTensorsPass", "RemoveToCopyPass",
+        "RemoveMixedTypeOperators+OpReplacePass+MemoryFormatOpsPass",
+    ]
+    assert fused[0] is passes[0] and fused[3] is passes[5]  # the others keep their pass manager wrapper
+
+
+def test_fused_edge_passes_leave_the_bytes_unchanged():
+    from engine.patches import patch_disabled
+
+    with_patch = _pte_bytes()
+    with patch_disabled("executorch", "_patch_fused_edge_passes"):
+        assert _pte_bytes() == with_patch
