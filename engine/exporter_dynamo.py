@@ -143,14 +143,16 @@ class DynamoExporter:
             stack.enter_context(restore_module_state(model))
 
             try:
-                program = torch.export.export(
-                    model,
-                    (),
-                    kwargs=inputs,
-                    dynamic_shapes=dynamic_shapes,
-                    strict=config.strict,
-                    prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
-                )
+                with fake_dispatch_cache_off_while_tracing():
+                    program = torch.export.export(
+                        model,
+                        (),
+                        kwargs=inputs,
+                        dynamic_shapes=dynamic_shapes,
+                        strict=config.strict,
+                        prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+                    )
+                restore_fake_dispatch_cache(program)
             except Exception as e:
                 raise ExportStageError("export", name, e) from e
 
@@ -158,3 +160,29 @@ class DynamoExporter:
         if dynamic_shapes is not None:
             warn_specialised(name, specialised_dims(program, inputs, dynamic_shapes))
         return program
+
+
+# ── Fake-tensor dispatch cache ──────────────────────────────────────────────────────────────────────
+# FakeTensorMode caches each op's output metadata by its arguments, and on every miss it also synthesises the
+# output back from the new entry to validate it (``_get_output_info_for_cache_entry``). A trace runs each op
+# on new symbolic shapes, so nearly every op misses and pays for the entry and the synthesis: with the cache
+# off, torch.export of the tiny Mamba2 takes 3.1 s instead of 5.5, T5 1.6 instead of 3.5, Llama 0.72 instead
+# of 0.96 (CPU s). Lowering retraces the same graph again and again and gains from the cache (ExecuTorch's
+# passes), so it is turned back on, on the program's fake mode, once the trace is done.
+
+
+def fake_dispatch_cache_off_while_tracing():
+    """A context in which new fake modes (the one torch.export creates) start with their dispatch cache off."""
+    import torch._dynamo.config as dynamo_config
+
+    return dynamo_config.patch(fake_tensor_cache_enabled=False)
+
+
+def restore_fake_dispatch_cache(program: torch.export.ExportedProgram) -> None:
+    """Give the program's fake mode the dispatch cache the process is configured with, for what comes after the
+    trace (decomposition, lowering passes)."""
+    import torch._dynamo.config as dynamo_config
+
+    fake_mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"])
+    if fake_mode is not None and not fake_mode.propagate_real_tensors:
+        fake_mode.cache_enabled = dynamo_config.fake_tensor_cache_enabled

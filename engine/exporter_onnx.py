@@ -40,7 +40,7 @@ from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from engine.configs import OnnxConfig
 from engine.errors import ConfigError, ExportStageError, require
-from engine.exporter_dynamo import DynamoExporter
+from engine.exporter_dynamo import DynamoExporter, fake_dispatch_cache_off_while_tracing
 import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with other backends)
 from engine.patches import apply_fx_node_fixes, apply_patches, register_fx_node_fix, register_patch
 from engine.prepare import model_name
@@ -79,6 +79,14 @@ class OnnxExporter(DynamoExporter):
         name = model_name(model) if isinstance(model, torch.nn.Module) else type(model).__name__
         from engine.onnx_translations import translation_table
 
+        # torch.onnx.export decomposes the program in one more retrace of new shapes: like the trace, it runs
+        # faster without the fake dispatch cache (engine.exporter_dynamo), so the cache stays off for both
+        # (tiny Mamba2 20.0 -> 12.7 CPU s, ResNet 4.6 -> 3.2, T5 8.6 -> 7.8, Llama 3.6 -> 3.6)
+        with fake_dispatch_cache_off_while_tracing():
+            return self._export(model, inputs, config, opset, output_path, name, translation_table)
+
+    def _export(self, model, inputs, config: OnnxConfig, opset: int, output_path, name: str, translation_table):
+        """The export itself, top to bottom through the five stages."""
         self.timings = timings = {}
         clock = time.perf_counter()
 
