@@ -98,3 +98,24 @@ def test_output_flags_are_bound_not_traced():
     user_inputs = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     assert user_inputs == ["input_ids", "attention_mask"]
     assert list(run_exported(program, inputs)) == ["logits"]  # no cache: use_cache=False was applied
+
+
+def test_the_trace_runs_without_the_fake_dispatch_cache_and_the_program_gets_it_back(monkeypatch):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    created = []
+    real_init = FakeTensorMode.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        created.append(self.cache_enabled)
+
+    monkeypatch.setattr(FakeTensorMode, "__init__", init)
+    tiny = TINY_MODELS["llama"]
+    model = tiny.model()
+    program = DynamoExporter().export(model, tiny.inputs("trace"), config=DynamoConfig(dynamic=True))
+    assert created and not any(created)  # every fake mode of the trace started without the cache
+    fake_mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"])
+    assert fake_mode.cache_enabled == torch._dynamo.config.fake_tensor_cache_enabled  # on again for what follows
+    inputs = tiny.inputs("run", seed=1)
+    assert compare_leaves(eager_leaves(model, inputs), run_exported(program, inputs)).ok
