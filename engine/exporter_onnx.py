@@ -381,6 +381,35 @@ def _patch_sdpa_fully_masked_rows(original: Callable) -> Callable:
     return scaled_dot_product_attention
 
 
+@register_patch("onnx", "torch.nn.functional.scaled_dot_product_attention")
+def _patch_sdpa_broadcasts_for_attention_op(original: Callable) -> Callable:
+    """Spell out the broadcasts of SDPA's key/value heads and of its mask's query rows (opset >= 23).
+
+    Pattern: torch's SDPA broadcasts its inputs. Falcon's multi-query attention passes a key and a value with one
+    head for four query heads, without ``enable_gqa``. BERT-style encoders (LayoutLM) pass a padding mask shaped
+    ``(batch, 1, 1, kv_len)``, one row for every query. From opset 23, torch.onnx lowers SDPA to the ONNX
+    ``Attention`` op, and neither case survives that:
+    - torchlib's ``aten_scaled_dot_product_attention_23`` asserts "SDPA (MHA) requires q_num_heads = kv_num_heads";
+    - onnxruntime's CPU kernel fails with "inconsistent q_sequence_length (between attn_mask and Q)".
+    Expanding the single key/value head to the query heads, and the single mask row to the query length, gives
+    the same values: an ``expand`` is the broadcast torch does anyway. Below opset 23, SDPA lowers to plain
+    MatMul/Softmax, which broadcast, so the patch then leaves SDPA alone. TODO: upstream issue not found
+    (torch/onnx/_internal/exporter/_torchlib/ops/nn.py; onnxruntime attention_helper.h).
+    """
+
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, *args, **kwargs):
+        if (TARGET_OPSET.get() or 0) >= ATTENTION_OPSET and query.dim() == 4:
+            heads = query.shape[1]  # may be symbolic; a single key/value head is a static 1 (0/1 specialisation)
+            if not kwargs.get("enable_gqa", False) and isinstance(key.shape[1], int) and key.shape[1] == 1:
+                key = key.expand(key.shape[0], heads, *key.shape[2:])
+                value = value.expand(value.shape[0], heads, *value.shape[2:])
+            if isinstance(attn_mask, torch.Tensor) and attn_mask.dim() >= 2 and attn_mask.shape[-2] == 1:
+                attn_mask = attn_mask.expand(*attn_mask.shape[:-2], query.shape[-2], attn_mask.shape[-1])
+        return original(query, key, value, attn_mask, *args, **kwargs)
+
+    return scaled_dot_product_attention
+
+
 # ── Stage 2: ONNX patches ───────────────────────────────────────────────────────────────────────────
 # Reversible swaps of torch.onnx internals, active during torch.onnx.export.
 

@@ -182,6 +182,7 @@ def _model_module_loaded(path: str) -> bool:
 def apply_patches(backend: str) -> Iterator[list[str]]:
     """Install every applicable patch of ``backend``; yields the names of those installed.
 
+    Several patches of one path compose in registration order: each wraps the one before.
     Paths whose module is not importable (an optional package, a model removed upstream) are skipped
     with a debug log: a patch for a model the installed transformers lacks has nothing to patch. A model
     module (``transformers.models.x.modeling_x``) not imported yet is skipped too: no model of it can be
@@ -189,6 +190,7 @@ def apply_patches(backend: str) -> Iterator[list[str]]:
     """
     _check_backend(backend)
     swaps, names = [], []
+    replaced: dict[tuple[int, str], Any] = {}  # (id(owner), attr) -> replacement: patches of one path compose
     for patch in _PATCHES[backend]:
         if not patch.applies() or not _model_module_loaded(patch.path):
             continue
@@ -200,7 +202,9 @@ def apply_patches(backend: str) -> Iterator[list[str]]:
         except (ImportError, AttributeError) as e:
             logger.debug("patch %s skipped: %s", patch.path, e)
             continue
-        swaps.append((owner, attr, patch.factory(original)))
+        original = replaced.get((id(owner), attr), original)  # a later patch wraps an earlier one
+        replaced[(id(owner), attr)] = replacement = patch.factory(original)
+        swaps.append((owner, attr, replacement))
         names.append(f"{patch.name}@{patch.path}")
     with swap_attributes(swaps):
         yield names

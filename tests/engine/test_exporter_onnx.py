@@ -239,6 +239,17 @@ def _attention_inputs(batch, length, seed):
     return {"q": q, "k": k, "v": v, "mask": mask}
 
 
+def _broadcast_attention_inputs(batch, length, seed):
+    """Multi-query attention (one key/value head for two query heads, no enable_gqa) and a padding mask with
+    one row for every query, as Falcon and BERT-style encoders call SDPA."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
+    mask[0, :, :, : length // 2] = False
+    q = torch.randn(batch, 2, length, 8, generator=g)
+    k, v = (torch.randn(batch, 1, length, 8, generator=g) for _ in range(2))
+    return {"q": q, "k": k, "v": v, "mask": mask}
+
+
 OP_CASES = {
     # name: (module, trace inputs, run inputs[, config]); opset 20 is where the SDPA patch matters
     "grouped_mm_fallback": (lambda: GroupedMM(fallback=True), _grouped_inputs(7, 0), _grouped_inputs(11, 1)),
@@ -251,6 +262,7 @@ OP_CASES = {
     "index_put_bool_mask": (BoolMaskIndexPut, _embed_inputs(2, 7, 0), _embed_inputs(3, 5, 1)),
     "sdpa_fully_masked_rows": (MaskedAttention, _attention_inputs(2, 6, 0), _attention_inputs(3, 9, 1), {"opset_version": 20}),
     "sdpa_fully_masked_rows_attention_op": (MaskedAttention, _attention_inputs(2, 6, 0), _attention_inputs(3, 9, 1)),
+    "sdpa_broadcast_heads_and_mask_rows": (MaskedAttention, _broadcast_attention_inputs(2, 6, 0), _broadcast_attention_inputs(3, 9, 1)),
 }
 
 

@@ -76,6 +76,20 @@ def test_patch_outside_its_version_range_is_not_applied(clean_registry):
         del sys.modules["fake_target"]
 
 
+def test_patches_of_one_path_compose_in_registration_order(clean_registry):
+    module = types.ModuleType("fake_target")
+    module.op = lambda: "original"
+    sys.modules["fake_target"] = module
+    try:
+        register_patch("onnx", "fake_target.op")(lambda orig: lambda: f"first({orig()})")
+        register_patch("onnx", "fake_target.op")(lambda orig: lambda: f"second({orig()})")
+        with apply_patches("onnx"):
+            assert module.op() == "second(first(original))"
+        assert module.op() == "original"
+    finally:
+        del sys.modules["fake_target"]
+
+
 def test_inherited_attribute_is_deleted_not_shadowed():
     class Base:
         def f(self):
