@@ -286,27 +286,20 @@ def fuse_operator_passes(passes: list, operator_passes: dict[type, bool]) -> lis
     ``super().call_operator`` is the next one's), so the graph is retraced once for the group instead of once per
     pass. A pass that re-enters ``self.call_operator`` (for an op it adds) starts a group: the ops it adds then
     go through itself and the later passes, as they would when each pass retraced the graph on its own.
-    Other passes keep their place and their wrapping."""
+    A pass left alone keeps its place and its wrapping."""
     from executorch.exir.pass_base import ExportPass
 
-    groups: list[list] = []
-    for wrapped in passes:
-        p = getattr(wrapped, "__wrapped__", wrapped)  # a pass manager's PassResult wrapper (the pass returns one)
-        kind = type(p)
-        fusable = kind in operator_passes
-        if fusable and groups and isinstance(groups[-1], list) and not operator_passes[kind]:
-            groups[-1].append(p)
+    groups: list[list[tuple]] = []  # runs of (the pass as given, the pass itself)
+    for given in passes:
+        p = getattr(given, "__wrapped__", given)  # a pass manager's PassResult wrapper (the pass returns one)
+        joins = operator_passes.get(type(p)) is False  # an operator pass that does not re-enter
+        if joins and groups and all(type(q) in operator_passes for _, q in groups[-1]):
+            groups[-1].append((given, p))
         else:
-            groups.append([p] if fusable else wrapped)
-    fused = []
-    for group in groups:
-        if isinstance(group, list) and len(group) > 1:
-            classes = tuple(type(p) for p in group)
-            name = "+".join(c.__name__ for c in classes)
-            fused.append(type(name, (*classes, ExportPass), {})())
-        else:
-            fused.append(group[0] if isinstance(group, list) else group)
-    return fused
+            groups.append([(given, p)])
+    return [group[0][0] if len(group) == 1 else
+            type("+".join(type(p).__name__ for _, p in group), (*(type(p) for _, p in group), ExportPass), {})()
+            for group in groups]
 
 
 @register_patch("executorch", "executorch.exir.program._program._generate_edge_program", requires=_EXECUTORCH)

@@ -178,11 +178,20 @@ def fake_dispatch_cache_off_while_tracing():
     return dynamo_config.patch(fake_tensor_cache_enabled=False)
 
 
+def program_fake_mode(program: torch.export.ExportedProgram):
+    """The fake mode the program's recorded values (``node.meta["val"]``) belong to; None when none has one."""
+    for node in program.graph.nodes:
+        fake_mode = getattr(node.meta.get("val"), "fake_mode", None)
+        if fake_mode is not None:
+            return fake_mode
+    return None
+
+
 def restore_fake_dispatch_cache(program: torch.export.ExportedProgram) -> None:
     """Give the program's fake mode the dispatch cache the process is configured with, for what comes after the
     trace (decomposition, lowering passes)."""
     import torch._dynamo.config as dynamo_config
 
-    fake_mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"])
+    fake_mode = program_fake_mode(program)
     if fake_mode is not None and not fake_mode.propagate_real_tensors:
         fake_mode.cache_enabled = dynamo_config.fake_tensor_cache_enabled

@@ -38,7 +38,7 @@ from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from engine.configs import ExecutorchConfig
 from engine.errors import ConfigError, ExportStageError, MissingDependencyError, require
-from engine.exporter_dynamo import DynamoExporter
+from engine.exporter_dynamo import DynamoExporter, program_fake_mode
 import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with other backends)
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches, register_fx_program_fix
 from engine.prepare import model_name, split_inputs
@@ -377,12 +377,8 @@ def _user_input_placeholders(program: torch.export.ExportedProgram) -> list[torc
 
 
 def _shape_env(program: torch.export.ExportedProgram):
-    for node in program.graph.nodes:
-        val = node.meta.get("val")
-        fake_mode = getattr(val, "fake_mode", None)
-        if fake_mode is not None and fake_mode.shape_env is not None:
-            return fake_mode.shape_env
-    return None
+    fake_mode = program_fake_mode(program)
+    return fake_mode.shape_env if fake_mode is not None else None
 
 
 @register_fx_program_fix("executorch")

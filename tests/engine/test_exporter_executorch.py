@@ -320,14 +320,6 @@ def test_edge_dtype_check_reads_recorded_values_and_keeps_its_verdicts(monkeypat
             check(graph)
 
 
-def test_edge_dtype_check_from_recorded_values_leaves_the_bytes_unchanged():
-    from engine.patches import patch_disabled
-
-    with_patch = _pte_bytes()
-    with patch_disabled("executorch", "_patch_edge_dtype_check_from_meta"):
-        assert _pte_bytes() == with_patch
-
-
 def test_edge_operator_passes_fuse_in_order_and_a_re_entering_pass_starts_a_group():
     from executorch.exir.passes import base_pre_op_replace_passes
     from executorch.exir.passes.memory_format_ops_pass import MemoryFormatOpsPass
@@ -349,9 +341,10 @@ def test_edge_operator_passes_fuse_in_order_and_a_re_entering_pass_starts_a_grou
     assert fused[0] is passes[0] and fused[3] is passes[5]  # the others keep their pass manager wrapper
 
 
-def test_fused_edge_passes_leave_the_bytes_unchanged():
+@pytest.mark.parametrize("patch", ["_patch_edge_dtype_check_from_meta", "_patch_fused_edge_passes"])
+def test_lowering_speed_patch_leaves_the_bytes_unchanged(patch):
     from engine.patches import patch_disabled
 
     with_patch = _pte_bytes()
-    with patch_disabled("executorch", "_patch_fused_edge_passes"):
+    with patch_disabled("executorch", patch):
         assert _pte_bytes() == with_patch

@@ -61,33 +61,30 @@ def test_every_patched_attribute_is_restored_after_a_failing_export(clean_regist
     assert "forward" not in vars(tiny.model())  # the flattened signature is gone too
 
 
-def test_patch_outside_its_version_range_is_not_applied(clean_registry):
+@pytest.fixture
+def fake_target(clean_registry, monkeypatch):
+    """An importable module ``fake_target`` whose ``op()`` returns ``"original"``."""
     module = types.ModuleType("fake_target")
     module.op = lambda: "original"
-    sys.modules["fake_target"] = module
-    try:
-        register_patch("onnx", "fake_target.op", requires={"torch": "<1.0"})(lambda orig: lambda: "old torch")
-        register_patch("onnx", "fake_target.op", requires={"torch": ">=2.0"})(lambda orig: lambda: "patched " + orig())
-        with apply_patches("onnx") as applied:
-            assert module.op() == "patched original"
-            assert len([name for name in applied if name.endswith("@fake_target.op")]) == 1
-        assert module.op() == "original"
-    finally:
-        del sys.modules["fake_target"]
+    monkeypatch.setitem(sys.modules, "fake_target", module)
+    return module
 
 
-def test_patches_of_one_path_compose_in_registration_order(clean_registry):
-    module = types.ModuleType("fake_target")
-    module.op = lambda: "original"
-    sys.modules["fake_target"] = module
-    try:
-        register_patch("onnx", "fake_target.op")(lambda orig: lambda: f"first({orig()})")
-        register_patch("onnx", "fake_target.op")(lambda orig: lambda: f"second({orig()})")
-        with apply_patches("onnx"):
-            assert module.op() == "second(first(original))"
-        assert module.op() == "original"
-    finally:
-        del sys.modules["fake_target"]
+def test_patch_outside_its_version_range_is_not_applied(fake_target):
+    register_patch("onnx", "fake_target.op", requires={"torch": "<1.0"})(lambda orig: lambda: "old torch")
+    register_patch("onnx", "fake_target.op", requires={"torch": ">=2.0"})(lambda orig: lambda: "patched " + orig())
+    with apply_patches("onnx") as applied:
+        assert fake_target.op() == "patched original"
+        assert len([name for name in applied if name.endswith("@fake_target.op")]) == 1
+    assert fake_target.op() == "original"
+
+
+def test_patches_of_one_path_compose_in_registration_order(fake_target):
+    register_patch("onnx", "fake_target.op")(lambda orig: lambda: f"first({orig()})")
+    register_patch("onnx", "fake_target.op")(lambda orig: lambda: f"second({orig()})")
+    with apply_patches("onnx"):
+        assert fake_target.op() == "second(first(original))"
+    assert fake_target.op() == "original"
 
 
 def test_inherited_attribute_is_deleted_not_shadowed():
