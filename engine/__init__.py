@@ -26,6 +26,7 @@ from engine.patches import (
     register_fx_program_fix,
     register_patch,
 )
+from engine.program_io import load_program, save_program
 from engine.pytree import get_leaf_tensors, register_pytree_nodes
 from engine.runtime import run_exported
 from engine.shapes import SpecialisationWarning
@@ -66,6 +67,7 @@ __all__ = [
     "apply_fx_program_fixes",
     "apply_patches",
     "get_leaf_tensors",
+    "load_program",
     "installed_versions",
     "pinned_versions",
     "register_fx_node_fix",
@@ -73,5 +75,6 @@ __all__ = [
     "register_patch",
     "register_pytree_nodes",
     "run_exported",
+    "save_program",
     "version_drift",
 ]

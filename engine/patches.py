@@ -31,7 +31,8 @@ from packaging.version import Version
 
 logger = logging.getLogger("engine")
 
-BACKENDS = ("dynamo", "onnx", "executorch", "generation")  # "generation": active in export_for_generation
+# "generation": active in export_for_generation; "load": active in engine.program_io's save and load of a .pt2
+BACKENDS = ("dynamo", "onnx", "executorch", "generation", "load")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from engine.program_io import load_program, save_program
+
 STAGES = ("build", "eager", "export", "save", "load", "run", "compare")
 EXPORT_FORMATS = {"dynamo": "dynamo", "onnx": "onnx", "executorch": "executorch"}
 _ARTIFACT_SUFFIX = {"dynamo": ".pt2", "onnx": ".onnx", "executorch": ".pte"}
@@ -98,7 +100,7 @@ def _save_and_load(backend: str, artifact: Any, workdir: Path, enter: Callable[[
     path = workdir / f"model{_ARTIFACT_SUFFIX[backend]}"
     enter("save")
     if backend == "dynamo":
-        torch.export.save(artifact, path)
+        save_program(artifact, path)
     elif backend == "onnx":
         artifact.save(str(path))
     else:
@@ -107,7 +109,7 @@ def _save_and_load(backend: str, artifact: Any, workdir: Path, enter: Callable[[
         ExecutorchExporter.save(artifact, path)
     enter("load")
     if backend == "dynamo":
-        return torch.export.load(path)
+        return load_program(path)
     return str(path)
 
 

@@ -1,0 +1,64 @@
+"""save_program / load_program: the same archive and the same loaded program as torch.export, with each
+distinct size expression printed and parsed once."""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+import sympy
+import torch
+
+from engine import DynamoConfig, DynamoExporter, run_exported
+from engine.program_io import load_program, save_program
+from tests.engine.tiny_models import TINY_MODELS
+
+
+@pytest.fixture(scope="module", params=["gemma3_text", "mamba2"])  # sliding-window Max() sizes; SSM chunk sizes
+def exported(request):
+    tiny = TINY_MODELS[request.param]
+    program = DynamoExporter().export(tiny.model(), tiny.inputs("trace"), config=DynamoConfig(dynamic=True))
+    return tiny, program
+
+
+def _archive_members(path) -> dict[str, bytes]:
+    """Archive contents keyed without the top folder (torch names it after the file)."""
+    with zipfile.ZipFile(path) as archive:
+        return {name.split("/", 1)[1]: archive.read(name) for name in archive.namelist()}
+
+
+def test_save_writes_what_torch_export_save_writes(exported, tmp_path):
+    _, program = exported
+    torch.export.save(program, tmp_path / "torch.pt2")
+    save_program(program, tmp_path / "ours.pt2")
+    assert _archive_members(tmp_path / "ours.pt2") == _archive_members(tmp_path / "torch.pt2")
+
+
+def test_load_gives_what_torch_export_load_gives(exported, tmp_path):
+    tiny, program = exported
+    path = save_program(program, tmp_path / "model.pt2")
+    theirs, ours = torch.export.load(path), load_program(path)
+    assert ours.graph_module.code == theirs.graph_module.code
+    assert [str(n.meta.get("val")) for n in ours.graph.nodes] == [str(n.meta.get("val")) for n in theirs.graph.nodes]
+    assert str(ours.range_constraints) == str(theirs.range_constraints)
+    inputs = tiny.inputs("run", seed=1)
+    for name, tensor in run_exported(theirs, inputs).items():
+        torch.testing.assert_close(run_exported(ours, inputs)[name], tensor, atol=0, rtol=0)
+
+
+def test_each_distinct_size_expression_is_parsed_once(exported, tmp_path, monkeypatch):
+    _, program = exported
+    path = save_program(program, tmp_path / "model.pt2")
+    parsed: list[str] = []
+    sympify = sympy.sympify
+
+    def counting_sympify(a, *args, **kwargs):
+        if isinstance(a, str):
+            parsed.append(a)
+        return sympify(a, *args, **kwargs)
+
+    monkeypatch.setattr(sympy, "sympify", counting_sympify)
+    torch.export.load(path)
+    torch_parses, parsed[:] = len(parsed), []
+    load_program(path)
+    assert parsed and len(parsed) == len(set(parsed)) < torch_parses
