@@ -38,7 +38,7 @@ def _get_context():
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
-        warm = ["sweep.warmup"] if os.environ.get(WARM_ENV) else []
+        warm = ["sweep.warmup"] if WARM_ENV in os.environ else []
         _context.set_forkserver_preload(PRELOAD + warm)
         # start the forkserver now, so that its imports and warm-up count against no case's time or timeout
         probe = _context.Process(target=_noop, daemon=True)

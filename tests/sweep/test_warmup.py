@@ -29,7 +29,10 @@ def test_a_failing_warm_up_leaves_the_backend_cold_with_one_line(monkeypatch, ca
 
 def probe(spec, progress):
     """A case target that reports what the forkserver handed it."""
-    return {"warmed": "sweep.warmup" in sys.modules, "torch.export loaded": "torch.export" in sys.modules}
+    from sweep.catalog import catalog
+
+    return {"warmed": "sweep.warmup" in sys.modules, "torch.export loaded": "torch.export" in sys.modules,
+            "catalog computed": catalog.cache_info().currsize == 1}
 
 
 def test_cases_fork_from_a_warmed_forkserver():
@@ -43,4 +46,4 @@ def test_cases_fork_from_a_warmed_forkserver():
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True, cwd=root).stdout
     result = ast.literal_eval(out.strip().splitlines()[-1])
-    assert result["warmed"] is True and result["torch.export loaded"] is True
+    assert (result["warmed"], result["torch.export loaded"], result["catalog computed"]) == (True, True, True)
