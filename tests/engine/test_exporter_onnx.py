@@ -3,6 +3,7 @@ the translation table proven op by op, saving and reloading in a bare session, a
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import subprocess
 import sys
@@ -359,3 +360,23 @@ def test_timings_split_export_and_optimizer():
     exporter.export(tiny.model(), tiny.inputs("trace"))
     assert set(exporter.timings) == {"trace", "onnx-export", "optimize", "save"}
     assert all(t >= 0 for t in exporter.timings.values())
+
+
+@pytest.mark.parametrize("name", ["llama", "mamba2", "whisper"])
+def test_optimize_with_first_node_check_writes_the_same_model(name):
+    """The optimizer writes the same model with and without the multi-output pattern speed-up."""
+    import onnx_ir as ir
+
+    tiny = TINY_MODELS[name]
+    program = export(tiny.model(), tiny.inputs("trace"), dynamic=True, optimize=False)
+    unoptimized = ir.serde.serialize_model(program.model)
+    optimized = {}
+    for patched in (True, False):
+        program.model = ir.serde.deserialize_model(unoptimized)
+        speed_up = contextlib.nullcontext() if patched else \
+            engine.patches.patch_disabled("onnx", "_patch_multi_output_match_checks_its_first_node")
+        with speed_up, engine.patches.apply_patches("onnx"):
+            program.optimize()
+        optimized[patched] = ir.serde.serialize_model(program.model).SerializeToString()
+    assert len(program.model.graph) < len(ir.serde.deserialize_model(unoptimized).graph)  # the optimizer did work
+    assert optimized[True] == optimized[False]
