@@ -341,7 +341,9 @@ def test_edge_operator_passes_fuse_in_order_and_a_re_entering_pass_starts_a_grou
     assert fused[0] is passes[0] and fused[3] is passes[5]  # the others keep their pass manager wrapper
 
 
-@pytest.mark.parametrize("patch", ["_patch_edge_dtype_check_from_meta", "_patch_fused_edge_passes"])
+@pytest.mark.parametrize(
+    "patch", ["_patch_edge_dtype_check_from_meta", "_patch_fused_edge_passes", "_patch_partition_legalize_without_child_recompiles"]
+)
 def test_lowering_speed_patch_leaves_the_bytes_unchanged(patch):
     from engine.patches import patch_disabled
 
