@@ -19,11 +19,14 @@ MAX_LENGTH = 120
 BUILD_ERRORS = ("config_error", "init_error", "forward_error")
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # torch.onnx colours parts of its messages
+
+
 def first_line(error: str | None) -> str | None:
-    """The first non-blank line of an error message (``None`` for no message)."""
+    """The first non-blank line of an error message, terminal colours removed (``None`` for no message)."""
     if not error:
         return None
-    for line in str(error).splitlines():
+    for line in _ANSI.sub("", str(error)).splitlines():
         if line.strip():
             return line.strip()
     return None
@@ -148,6 +151,9 @@ def _discrepancy(error: str) -> str:
     return f"discrepancy: values differ {where}"
 
 
+_ONNX_WRAPPED = re.compile(r"## Exception summary\s*<class '(?:\w+\.)*(\w+)'>: (.*)", re.S)
+
+
 def categorize(row: dict[str, Any]) -> str | None:
     """The normalised cause of a row's status; ``None`` for ``pass``."""
     status = row.get("status")
@@ -179,4 +185,7 @@ def categorize(row: dict[str, Any]) -> str | None:
             return name(found) if callable(name) else name
     if not text.strip():
         return f"{status} in {stage} (no error message)"
+    wrapped = _ONNX_WRAPPED.search(text)
+    if wrapped:  # torch.onnx's first line is the same for every error it wraps; the cause is in its summary
+        return f"torch.onnx decomposition: {normalise(f'{wrapped.group(1)}: {wrapped.group(2)}', names)}"
     return normalise(text, names)

@@ -13,7 +13,16 @@ def fail(error_type, error, **extra):
     return {"status": "fail", "stage": extra.pop("stage", "export"), "error_type": error_type, "error": error, **extra}
 
 
+_ONNX_STEP = ("ConversionError: Failed to decompose the FX graph for ONNX compatibility. \x1b[96mThis is step 2/3\x1b[0m "
+              "of exporting the model to ONNX. Next steps:\n- Create an issue\n\n## Exception summary\n\n")
+
 REALISTIC = [
+    (fail("ConversionError", _ONNX_STEP + "<class 'RuntimeError'>: Either your tensor may have escaped from inside a "
+          "function being vmapped\n\nWhile executing %new_ones"),
+     "torch.onnx decomposition: RuntimeError: Either your tensor may have escaped from inside a function being vmapped"),
+    (fail("ConversionError", _ONNX_STEP + "<class 'torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode'>: "
+          "Could not guard on data-dependent expression Eq(1024*u0, 0)"),
+     "torch.export: data-dependent branch or value"),
     (fail("GuardOnDataDependentSymNode", "GuardOnDataDependentSymNode: Could not guard on data-dependent expression "
           "Eq(u0, 1) (unhinted: Eq(u0, 1)).  (Size-like symbols: u0)\n\nCaused by: x = y.item()  # modeling_x.py:12"),
      "torch.export: data-dependent branch or value"),
@@ -129,6 +138,10 @@ def test_normalise_keeps_type_and_attribute_names_and_bounds_length():
     assert normalise("KeyError: 'full_attention'") == "KeyError: 'full_attention'"
     assert len(normalise("ValueError: " + "word " * 100)) <= 120
     assert normalise("x conv1d float16 node_Mul_4 -1.5e-3") == "x conv1d float16 node_Mul_N N"
+
+
+def test_first_line_drops_terminal_colours():
+    assert first_line("\n  Failed. \x1b[96mThis is step 2/3\x1b[0m of exporting\nmore") == "Failed. This is step 2/3 of exporting"
 
 
 def test_first_line():
