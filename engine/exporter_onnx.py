@@ -492,8 +492,9 @@ def _patch_multi_output_match_checks_its_first_node(original: Callable) -> Calla
 
     def match(self, model, graph_or_function, node, *args, **kwargs):
         outputs = self.pattern.output_nodes
-        if not self.pattern.has_single_output_node and outputs and not (outputs[0].op.matches(node.op_type) and outputs[0].domain.matches(node.domain)):
-            return _basics.MatchResult().fail(f"OpType mismatch: expected {outputs[0].op}, got {node.op_type}.", node)
+        first = outputs[0] if len(outputs) > 1 else None  # single-output patterns match without the walk already
+        if first is not None and not (first.op.matches(node.op_type) and first.domain.matches(node.domain)):
+            return _basics.MatchResult().fail(f"OpType mismatch: expected {first.op}, got {node.op_type}.", node)
         return original(self, model, graph_or_function, node, *args, **kwargs)
 
     return match

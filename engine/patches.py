@@ -31,8 +31,8 @@ from packaging.version import Version
 
 logger = logging.getLogger("engine")
 
-# "generation": active in export_for_generation; "load": active in engine.program_io's save and load of a .pt2
-BACKENDS = ("dynamo", "onnx", "executorch", "generation", "load")
+# "generation": active in export_for_generation; "pt2": active in engine.program_io's save and load of a .pt2
+BACKENDS = ("dynamo", "onnx", "executorch", "generation", "pt2")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ _TORCH = {"torch": ">=2.11,<2.14"}
 
 def save_program(program: torch.export.ExportedProgram, path: str | os.PathLike) -> str:
     """``torch.export.save(program, path)``; returns the path."""
-    with apply_patches("load"):
+    with apply_patches("pt2"):
         torch.export.save(program, path)
     return str(path)
 
@@ -35,7 +35,7 @@ def save_program(program: torch.export.ExportedProgram, path: str | os.PathLike)
 def load_program(path: str | os.PathLike) -> torch.export.ExportedProgram:
     """``torch.export.load(path)``, with the fake-tensor dispatch cache off while the node metadata is rebuilt
     (each node is a new op on new shapes, so every lookup misses: see ``engine.exporter_dynamo``)."""
-    with apply_patches("load"), fake_dispatch_cache_off_while_tracing():
+    with apply_patches("pt2"), fake_dispatch_cache_off_while_tracing():
         program = torch.export.load(path)
     restore_fake_dispatch_cache(program)
     return program
@@ -44,7 +44,7 @@ def load_program(path: str | os.PathLike) -> torch.export.ExportedProgram:
 # ── Save ─────────────────────────────────────────────────────────────────────────────────────────────
 
 
-@register_patch("load", f"{_SERDE}._print_sympy", requires=_TORCH)
+@register_patch("pt2", f"{_SERDE}._print_sympy", requires=_TORCH)
 def _patch_repeated_size_expression_print(original):
     """Pattern: ``_print_sympy(size)`` (``sympy.srepr``) called again for every tensor dim that has the same
     symbolic size. sympy expressions are immutable and compare structurally (a symbol's assumptions included),
@@ -54,13 +54,9 @@ def _patch_repeated_size_expression_print(original):
 
     def _print_sympy(s):
         expr = s.node.expr if isinstance(s, (torch.SymInt, torch.SymBool, torch.SymFloat)) else s
-        try:
-            return printed[expr]
-        except KeyError:
-            printed[expr] = text = original(expr)
-            return text
-        except TypeError:  # not hashable: nothing to share
-            return original(s)
+        if expr not in printed:
+            printed[expr] = original(expr)
+        return printed[expr]
 
     return _print_sympy
 
@@ -68,7 +64,7 @@ def _patch_repeated_size_expression_print(original):
 # ── Load ─────────────────────────────────────────────────────────────────────────────────────────────
 
 
-@register_patch("load", f"{_SERDE}.GraphModuleDeserializer._parse_sym_expr", requires=_TORCH)
+@register_patch("pt2", f"{_SERDE}.GraphModuleDeserializer._parse_sym_expr", requires=_TORCH)
 def _patch_repeated_size_expression_parse(original):
     """Pattern: ``_parse_sym_expr(expr_str, hint)`` parsing the same size string again for every tensor dim that
     has it. Its effects on the deserializer (the symbol cache, the shape env's hint, range and traceback for the
@@ -104,7 +100,7 @@ class _TypingWithCachedSchemaHints(types.ModuleType):
         return self._hints[key]
 
 
-@register_patch("load", f"{_SERDE}.typing", requires=_TORCH)
+@register_patch("pt2", f"{_SERDE}.typing", requires=_TORCH)
 def _patch_repeated_schema_type_hints(original):
     """Pattern: ``typing.get_type_hints(cls, globalns=vars(schema))`` in ``_dict_to_dataclass``, resolved again
     for every serialised node, argument and tensor meta though the schema has a few dozen classes.
