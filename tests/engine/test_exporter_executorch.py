@@ -342,7 +342,8 @@ def test_edge_operator_passes_fuse_in_order_and_a_re_entering_pass_starts_a_grou
 
 
 @pytest.mark.parametrize(
-    "patch", ["_patch_edge_dtype_check_from_meta", "_patch_fused_edge_passes", "_patch_partition_legalize_without_child_recompiles"]
+    "patch", ["_patch_edge_dtype_check_from_meta", "_patch_fused_edge_passes", "_patch_partition_legalize_without_child_recompiles",
+              "_patch_spec_prop_reuses_the_dim_order_retrace"]
 )
 def test_lowering_speed_patch_leaves_the_bytes_unchanged(patch):
     from engine.patches import patch_disabled
