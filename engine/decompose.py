@@ -62,6 +62,12 @@ class GenerationPlan:
     #: generate()'s stopping and padding, as the model's generation config says
     eos_token_ids: list[int] = field(default_factory=list)
     pad_token_id: int | None = None
+    #: the model's generation config, for the logits processors generate() applies to each step's scores
+    #: (forced BOS/EOS tokens, suppressed tokens, n-gram and repetition penalties, minimum lengths)
+    generation_config: Any = None
+    is_encoder_decoder: bool = False
+    #: the generate() input the encoder-side processors read (``main_input_name``: input_ids, input_features, ...)
+    main_input_name: str = "input_ids"
     #: the decode cache's leaves before the first token (``{leaf: tensor}``), when the prefill can run as a
     #: decode step over it; kept by ``export_for_generation`` only once the decode program reproduced the
     #: eager prefill on it (see :func:`empty_cache_leaves`)
@@ -295,6 +301,9 @@ def decompose_prefill_decode(model: torch.nn.Module, inputs: Mapping[str, Any], 
     plan.eos_token_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
     pad = generation_config.pad_token_id
     plan.pad_token_id = pad if pad is not None else (plan.eos_token_ids[0] if plan.eos_token_ids else None)  # as generate()
+    plan.generation_config = copy.deepcopy(generation_config)
+    plan.is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
+    plan.main_input_name = getattr(model, "main_input_name", "input_ids")
     components: dict[str, tuple[torch.nn.Module, dict[str, Any]]] = {}
     if encoder_calls:
         components["encoder"] = (encoder, _clean(encoder_calls[0]))

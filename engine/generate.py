@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from engine.decompose import GenerationPlan, cache_kwargs, prefill_through_decode
-from engine.errors import InputError
+from engine.errors import InputError, ModelError
 from engine.pytree import fill_leaves, get_leaf_tensors, is_cache_object
 from engine.runtime import run_exported
 
@@ -68,10 +69,53 @@ def _positions(previous: torch.Tensor, dim: int, count: int) -> torch.Tensor:
     return last + steps
 
 
+class _ProcessorOwner:
+    """What ``GenerationMixin._get_logits_processor`` reads from the model it is a method of: whether the model is an
+    encoder-decoder, and the list-merging helper. The processors themselves hold no model."""
+
+    def __init__(self, is_encoder_decoder: bool):
+        self.config = SimpleNamespace(is_encoder_decoder=is_encoder_decoder)
+
+    def _merge_criteria_processor_list(self, default_list, custom_list):
+        from transformers.generation.utils import GenerationMixin
+
+        return GenerationMixin._merge_criteria_processor_list(self, default_list, custom_list)
+
+
+def logits_processors(plan: GenerationPlan, values: Mapping[str, Any], prompt_length: int, max_new_tokens: int):
+    """The logits processors ``model.generate(**inputs, do_sample=False, num_beams=1, max_new_tokens=N)`` applies to
+    each step's scores, built from the generation config recorded at export time the way generate() builds them:
+    a forced end token at the last position (BART's ``forced_eos_token_id``), suppressed tokens, n-gram and
+    repetition penalties, minimum lengths. ``None`` when the config asks for none."""
+    if plan.generation_config is None:
+        return None
+    from transformers.generation.utils import GenerationMixin
+
+    config = copy.deepcopy(plan.generation_config)
+    config.update(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens)
+    if config.guidance_scale is not None and config.guidance_scale != 1:
+        raise ModelError("the generation config asks for classifier-free guidance (guidance_scale="
+                         f"{config.guidance_scale}), which runs the eager model at every step: engine.generate cannot")
+    # generate()'s _prepare_generated_length: lengths count the tokens fed to the decoder
+    config.max_length = max_new_tokens + prompt_length
+    if config.min_new_tokens is not None:
+        config.min_length = config.min_new_tokens + prompt_length
+    encoder_inputs = values.get(plan.main_input_name)
+    mask = values.get("decoder_attention_mask" if plan.is_encoder_decoder else "attention_mask")
+    processors = GenerationMixin._get_logits_processor(
+        _ProcessorOwner(plan.is_encoder_decoder), generation_config=config, input_ids_seq_length=prompt_length,
+        encoder_input_ids=encoder_inputs if isinstance(encoder_inputs, torch.Tensor) else None, device="cpu",
+        model_kwargs={} if mask is None else {"attention_mask" if not plan.is_encoder_decoder else "decoder_attention_mask": mask},
+    )
+    return processors or None
+
+
 def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config: Any = None, max_new_tokens: int = 8
              ) -> torch.Tensor:
-    """Greedy decoding over ``components`` from ``export_for_generation``; ``config`` is accepted for symmetry
-    with the exporters (the runtime is chosen by each artifact's type)."""
+    """Greedy decoding over ``components`` from ``export_for_generation``: the tokens of
+    ``model.generate(**inputs, do_sample=False, num_beams=1, max_new_tokens=N)``, with the logits processors the
+    model's generation config asks for (:func:`logits_processors`). ``config`` is accepted for symmetry with the
+    exporters (the runtime is chosen by each artifact's type)."""
     plan: GenerationPlan | None = getattr(components, "plan", None)
     if plan is None:
         raise InputError("generate() takes the components returned by export_for_generation (they carry the generation plan)")
@@ -113,9 +157,12 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
     state = {name: prefill_kwargs[name] for name in (*plan.growing, *plan.token_dims) if name in prefill_kwargs}
     finished = torch.zeros(sequence.shape[0], dtype=torch.bool)
 
+    processors = logits_processors(plan, values, prompt_length, max_new_tokens)
     for step in range(max_new_tokens):
-        logits = outputs["logits"]
-        token = logits[:, -1, :].argmax(-1)
+        scores = outputs["logits"][:, -1, :].to(dtype=torch.float32, copy=True)  # as generate()'s greedy step
+        if processors:
+            scores = processors(sequence, scores)
+        token = scores.argmax(-1)
         if plan.pad_token_id is not None:
             token = torch.where(finished, torch.full_like(token, plan.pad_token_id), token)
         sequence = torch.cat([sequence, token[:, None].to(sequence.dtype)], dim=-1)

@@ -142,7 +142,7 @@ def _run_generation(spec: dict[str, Any], case: Any, enter: Callable[[str], None
     _set_decoder_start_token(case.model, result)
     enter("eager")
     with torch.no_grad():
-        expected = case.model.generate(**copy.deepcopy(inputs), do_sample=False, max_new_tokens=GENERATE_TOKENS)
+        expected = case.model.generate(**copy.deepcopy(inputs), do_sample=False, num_beams=1, max_new_tokens=GENERATE_TOKENS)
     enter("export")
     config = AutoExportConfig.from_dict({"export_format": EXPORT_FORMATS[spec["backend"]], "dynamic": True})
     components = AutoExporter.from_config(config).export_for_generation(case.model, inputs, config=config)

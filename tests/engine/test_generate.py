@@ -71,6 +71,23 @@ def test_generation_matches_eager_greedy(name, cache, backend):
     assert got.shape == expected.shape and torch.equal(got, expected), f"\neager:    {expected}\nexported: {got}"
 
 
+@pytest.mark.parametrize("name", ["llama", "t5"])
+def test_generation_applies_the_generation_configs_logits_processors(name):
+    """A forced end token (BART's config), a suppressed token, no repeated bigram and a repetition penalty: the
+    exported loop picks the tokens that eager generate() picks after its logits processors. (Without them, the
+    forced end token alone makes the last token differ.)"""
+    model = MODELS[name].model()
+    model.generation_config.update(forced_eos_token_id=3, suppress_tokens=[5], no_repeat_ngram_size=2,
+                                   repetition_penalty=1.5, eos_token_id=None)
+    components = AutoExporter.export_for_generation(model, generation_inputs(name, 0, "dynamic", model), {"dynamic": True})
+    inputs = generation_inputs(name, 1, "dynamic", model)
+    with torch.no_grad():
+        expected = model.generate(**copy.deepcopy(inputs), do_sample=False, max_new_tokens=NEW_TOKENS)
+    got = generate(components, inputs, max_new_tokens=NEW_TOKENS)
+    assert torch.equal(got, expected), f"\neager:    {expected}\nexported: {got}"
+    assert (got[:, -1] == 3).all() and not (got[:, -NEW_TOKENS:] == 5).any()
+
+
 def test_component_names():
     model = MODELS["llava"].model()
     parts = decompose_multimodal(model, MODELS["llava"].inputs())
