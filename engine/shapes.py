@@ -71,12 +71,24 @@ def _batch_only(value: Any) -> Any:
     return None
 
 
-def _cache_layer_spec(name: str, value: Any) -> Any:
-    """A cache layer's child: keys/values grow along the sequence; every other state is ``[batch, <model
-    constants>]`` (a Mamba conv state is [batch, conv_dim, kernel]). Marking those constants ``Dim.AUTO`` makes
-    torch.export reason about symbols that can never vary: a Mamba2 decode export took 7.0 s instead of 4.x s."""
+def _cache_layer_specs(layer: Any) -> list[Any]:
+    """The specs of a cache layer's children (see :func:`_cache_layer_spec`), in attribute order."""
+    children = pytree_attributes(layer)
+    keys = dict(children).get("keys")
+    sequence = keys.shape[2] if isinstance(keys, torch.Tensor) and keys.ndim == 4 else None
+    return [_cache_layer_spec(name, value, sequence) for name, value in children]
+
+
+def _cache_layer_spec(name: str, value: Any, sequence: int | None = None) -> Any:
+    """A cache layer's child: keys/values grow along the sequence; a state beside them that holds one entry per
+    cached token (DeepSeek-V3.2's ``indexer_keys`` [batch, seq, dim]: a dim the size of the keys' sequence, when
+    that is > 1) grows along it too; every other state is ``[batch, <model constants>]`` (a Mamba conv state is
+    [batch, conv_dim, kernel]). Marking those constants ``Dim.AUTO`` makes torch.export reason about symbols
+    that can never vary: a Mamba2 decode export took 7.0 s instead of 4.x s."""
     if name in ("keys", "values") and isinstance(value, torch.Tensor) and value.ndim == 4:
         return dict(_KV_DYNAMIC_DIMS)
+    if sequence is not None and sequence > 1 and isinstance(value, torch.Tensor) and value.ndim >= 2:
+        return {0: Dim.AUTO, **{d: Dim.AUTO(min=0) for d in range(1, value.ndim) if value.shape[d] == sequence}}
     return _batch_only(value)
 
 
@@ -132,7 +144,7 @@ def auto_dynamic_shapes(inputs: Mapping[str, Any], model_config: Any = None) -> 
         if isinstance(value, tuple):
             return tuple(spec(v) for v in kids)
         if is_cache_object(value) and not isinstance(value, cache_utils.Cache):  # a layer: children by attribute
-            return [_cache_layer_spec(n, v) for n, v in pytree_attributes(value)]
+            return _cache_layer_specs(value)
         return [spec(v) for v in kids]
 
     return {name: spec(value) for name, value in inputs.items()}

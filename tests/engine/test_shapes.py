@@ -48,3 +48,14 @@ def test_cache_keys_values_grow_and_recurrent_states_vary_by_batch_only():
     for name, value in zip([name for name, _ in pytree_attributes(recurrent)], layers[1]):
         if name in ("conv_states", "recurrent_states"):
             assert value == {0: {0: Dim.AUTO}}  # [batch, <model constants>]
+
+
+def test_a_cache_state_with_one_entry_per_cached_token_grows_with_the_keys():
+    """DeepSeek-V3.2's indexer keys [batch, seq, dim] beside keys [batch, heads, seq, head_dim]: the sequence dim is
+    dynamic (a decode step over a longer cache failed a guard when it was not); a Mamba-like state stays batch-only."""
+    from engine.shapes import _cache_layer_spec
+
+    sequence = 9
+    assert _cache_layer_spec("indexer_keys", torch.zeros(2, sequence, 16), sequence) == {0: Dim.AUTO, 1: Dim.AUTO(min=0)}
+    assert _cache_layer_spec("conv_states", torch.zeros(2, 32, 4), sequence) == {0: Dim.AUTO}
+    assert _cache_layer_spec("conv_states", torch.zeros(2, 32, 4), None) == {0: Dim.AUTO}
