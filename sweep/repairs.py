@@ -11,7 +11,8 @@ error says which, and :func:`learn_from_init_error` turns it into nested overrid
   ``config.y`` with ``y`` None sets ``y`` by its name (a per-layer type list takes the values its docstring
   quotes).
 - **Flags a class requires**: "make sure that ``is_decoder=True``" sets the flag; "supports encoder-only" turns
-  ``is_encoder_decoder`` off.
+  ``is_encoder_decoder`` off. A class that only *warns* for its flag ("add ``is_decoder=True.``") gets it too
+  (:func:`required_flag`, applied by :mod:`sweep.zoo`).
 - **Divisibility by heads**: "qk_channels (261) must be divisible by num_heads (4)": head counts equal to 4 become
   ``gcd(261, 4)``.
 """
@@ -31,7 +32,7 @@ from sweep import shrink
 from sweep.errors import failing_statements
 
 _MISSING = object()
-_FLAG = re.compile(r"`(\w+)\s*=\s*(True|False)`")
+_FLAG = re.compile(r"`(\w+)\s*=\s*(True|False)\.?`")
 _ENCODER_ONLY = re.compile(r"encoder-only", re.IGNORECASE)
 _DIVISIBLE = re.compile(r"\((\d+)\) must be divisible by (\w*heads\w*) \((\d+)\)")
 _CONFIG_READ = re.compile(r"\bconfig\.(\w+)")
@@ -182,7 +183,14 @@ def _unset_field_read(exc: BaseException, config, profile) -> dict | None:
 
 
 def _required_flag(exc: BaseException, config) -> dict | None:
-    message = str(exc)
+    return required_flag(str(exc), config)
+
+
+def required_flag(message: str, config) -> dict | None:
+    """``{flag: value}`` when ``message`` asks for a config flag the config lacks ("make sure that `is_decoder=True`",
+    "add `is_decoder=True.`"): from an ``__init__`` error, or from the warning a head class logs when it is built
+    without the flag it needs (``BertLMHeadModel`` and 15 other causal-LM heads of encoder families, which
+    otherwise build an encoder that attends both ways and generate() cannot decode one token at a time)."""
     found = _FLAG.search(message)
     if found and hasattr(config, found.group(1)):
         value = found.group(2) == "True"

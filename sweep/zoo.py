@@ -12,8 +12,10 @@ model folder in place of the synthesised config (a folder with weights is loaded
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import logging
 import os
 import time
 from pathlib import Path
@@ -168,7 +170,8 @@ def _build(cls: type, profile: Profile, rules: dict, seed: int, name: str,
             raise ZooError(name, CONFIG_ERROR, f"[{profile.name}] {type(exc).__name__}: {exc}") from exc
         try:
             torch.manual_seed(seed)
-            model = cls(config)
+            with _init_warnings() as warned:
+                model = cls(config)
         except ImportError as exc:
             raise as_missing_dependency(name, exc) from exc
         except Exception as exc:  # noqa: BLE001
@@ -177,8 +180,34 @@ def _build(cls: type, profile: Profile, rules: dict, seed: int, name: str,
                 learned = repairs.merge(learned, fix)
                 continue
             raise ZooError(name, INIT_ERROR, f"[{profile.name}] {type(exc).__name__}: {exc}") from exc
+        fix = next(filter(None, (repairs.required_flag(message, config) for message in warned)), None)
+        if fix and attempt < INIT_REPAIRS and repairs.merge(learned, fix) != learned:
+            learned = repairs.merge(learned, fix)  # the class warned that it needs a flag: build it with the flag
+            continue
         return model.eval()
     raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def _init_warnings():
+    """The messages transformers logs at WARNING while a model is built (a head class names a flag it needs)."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler = Collect(logging.WARNING)
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    logger.addHandler(handler)
+    if level > logging.WARNING:  # TRANSFORMERS_VERBOSITY=error must not change the models the zoo builds
+        logger.setLevel(logging.WARNING)
+    try:
+        yield messages
+    finally:
+        logger.setLevel(level)
+        logger.removeHandler(handler)
 
 
 def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[str, Any]:

@@ -71,6 +71,21 @@ def test_flags_a_class_requires_are_set_from_its_message():
     assert repairs.learn_from_init_error(exc, t5, TINY) == {"is_encoder_decoder": False}
 
 
+def test_a_flag_a_head_class_warns_for_is_set_and_the_model_is_built_with_it():
+    """BertLMHeadModel only logs "add `is_decoder=True.`"; built without it, it attends both ways and its
+    generation cannot be decoded a token at a time."""
+    from transformers import BertConfig
+
+    from sweep import zoo
+
+    config = shrink.shrink_config(BertConfig)
+    message = "If you want to use `BertLMHeadModel` as a standalone, add `is_decoder=True.`"
+    assert repairs.required_flag(message, config) == {"is_decoder": True}
+    assert repairs.required_flag("nothing asked for here", config) is None
+    assert zoo.build_case("BertLMHeadModel").model.config.is_decoder
+    assert not zoo.build_case("BertModel").model.config.is_decoder
+
+
 def test_head_counts_divide_the_channels_they_split():
     config = shrink.shrink_config(LlamaConfig)
     exc = ValueError(f"qk_channels (261) must be divisible by num_heads ({config.num_attention_heads}).")
