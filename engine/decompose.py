@@ -372,7 +372,18 @@ def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> d
             stack.enter_context(_recording(module, calls[name]))
         with torch.no_grad():
             model(**copy.deepcopy(dict(inputs)))
-    return {name: (modules[name], _clean(calls[name][0])) for name in modules if calls[name]}
+    return {name: (modules[name], _declared(modules[name], _clean(calls[name][0]))) for name in modules if calls[name]}
+
+
+def _declared(module: torch.nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A submodule's captured call without the keywords its ``forward`` signature does not declare.
+
+    A parent may hand its language model keywords meant for itself (GOT-OCR2 passes ``logits_to_keep`` on to a
+    ``Qwen2Model``); the child's ``**kwargs`` is typed (``Unpack[TransformersKwargs]``) and does not list them, so
+    nothing in it reads them, and the exporter rejects undeclared inputs. A forward with an untyped ``**kwargs``
+    keeps everything."""
+    accepted, open_ended = accepted_input_names(module)
+    return kwargs if open_ended else {k: v for k, v in kwargs.items() if k in accepted}
 
 
 def decompose_for_generation(model: torch.nn.Module, inputs: Mapping[str, Any], plan: GenerationPlan | None = None

@@ -158,3 +158,13 @@ def test_decode_program_serves_prefill_only_where_it_reproduces_it():
         components = AutoExporter.export_for_generation(model, generation_inputs(name, 0, cache, model), {"export_format": "dynamo", "dynamic": True})
         assert (components["prefill"] is components["decode"]) is shared, (name, cache)
         assert (components.plan.empty_cache is not None) is shared, (name, cache)
+
+
+def test_a_submodule_call_keeps_only_the_keywords_its_forward_declares():
+    """GOT-OCR2 hands its Qwen2Model ``logits_to_keep``, which the model's typed ``**kwargs`` does not list."""
+    from engine.decompose import _declared
+
+    language_model = MODELS["llama"].model().model
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    assert _declared(language_model, {"input_ids": ids, "logits_to_keep": 1, "output_attentions": False}) == \
+        {"input_ids": ids, "output_attentions": False}
