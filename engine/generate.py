@@ -177,8 +177,11 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
         step_values = {k: v for k, v in values.items() if k in decode_template}  # constant ones (an encoder mask)
         for name, dim in plan.growing.items():
             grown = state[name]
-            ones = torch.ones([1 if d == dim else s for d, s in enumerate(grown.shape)], dtype=grown.dtype)
-            state[name] = step_values[name] = torch.cat([grown, ones], dim=dim)
+            if name == token_input:  # no cache (use_cache=False): every step feeds the whole sequence so far
+                new = token.reshape([-1 if d == 0 else 1 for d in range(grown.ndim)]).to(grown.dtype)
+            else:  # an attention mask: the new token is attended
+                new = torch.ones([1 if d == dim else s for d, s in enumerate(grown.shape)], dtype=grown.dtype)
+            state[name] = step_values[name] = torch.cat([grown, new], dim=dim)
         for name, dim in plan.token_dims.items():
             if name == token_input:
                 step_values[name] = token[:, None].to(sequence.dtype)

@@ -168,3 +168,16 @@ def test_a_submodule_call_keeps_only_the_keywords_its_forward_declares():
     ids = torch.zeros(1, 3, dtype=torch.long)
     assert _declared(language_model, {"input_ids": ids, "logits_to_keep": 1, "output_attentions": False}) == \
         {"input_ids": ids, "output_attentions": False}
+
+
+def test_generation_without_a_cache_feeds_the_whole_sequence_each_step():
+    """A generation config with ``use_cache=False`` (Evolla's): every forward gets the whole sequence so far, and
+    the exported loop must grow the token input with the generated tokens."""
+    model = MODELS["llama"].model()
+    model.generation_config.use_cache = False
+    components = AutoExporter.export_for_generation(model, generation_inputs("llama", 0, "dynamic", model), {"dynamic": True})
+    assert "input_ids" in components.plan.growing
+    inputs = generation_inputs("llama", 1, "dynamic", model)
+    with torch.no_grad():
+        expected = model.generate(**copy.deepcopy(inputs), do_sample=False, max_new_tokens=NEW_TOKENS)
+    assert torch.equal(generate(components, inputs, max_new_tokens=NEW_TOKENS), expected)
