@@ -200,12 +200,17 @@ def _init_warnings():
     handler = Collect(logging.WARNING)
     logger = logging.getLogger("transformers")
     level = logger.level
+    disabled = logging.root.manager.disable
     logger.addHandler(handler)
-    if level > logging.WARNING:  # TRANSFORMERS_VERBOSITY=error must not change the models the zoo builds
+    # neither TRANSFORMERS_VERBOSITY=error nor logging.disable() may change the models the zoo builds
+    if level > logging.WARNING:
         logger.setLevel(logging.WARNING)
+    if disabled >= logging.WARNING:
+        logging.disable(logging.INFO)
     try:
         yield messages
     finally:
+        logging.disable(disabled)
         logger.setLevel(level)
         logger.removeHandler(handler)
 
