@@ -9,7 +9,8 @@ run). CPU seconds are the fairer figure on a shared machine. The engine never im
 
 ``--check-identical PATCH`` instead exports each model with our exporter with and without one of its ExecuTorch
 patches (the factory's name, e.g. ``_patch_xnnpack_idle_retraces``), for a patch that must not change the
-result: it prints both CPU times and whether the ``.pte`` bytes are identical, and exits 1 if any differ.
+result: it prints both CPU times and whether the ``.pte`` bytes are identical, and exits 1 if any differ. With
+``--timed FUNCTION`` (dotted) it also prints the CPU seconds spent inside that function, the step the patch speeds up.
 """
 
 from __future__ import annotations
@@ -48,12 +49,14 @@ def _peer(model, inputs, path):
     return lambda: exported(**inputs)
 
 
-def worker(side: str, name: str, repeats: int) -> dict:
-    """One (model, exporter) measurement, in this (fresh) process. ``side``: ours, peer, or ours-without:PATCH."""
+def worker(side: str, name: str, repeats: int, function: str | None = None) -> dict:
+    """One (model, exporter) measurement, in this (fresh) process. ``side``: ours, peer, or ours-without:PATCH;
+    ``function`` (a dotted name): also the median CPU seconds spent inside it per export."""
     sys.path.insert(0, str(ROOT))
     warnings.simplefilter("ignore")
     import torch
 
+    from bench.timing import timed
     from tests.engine.tiny_models import TINY_MODELS
 
     from engine import executorch_patches  # noqa: F401  (registers the patches one side may leave out)
@@ -63,30 +66,35 @@ def worker(side: str, name: str, repeats: int) -> dict:
     tiny = TINY_MODELS[name]
     export = _peer if side == "peer" else _ours
     left_out = side.partition("ours-without:")[2]
-    wall, cpu, size = [], [], 0
+    wall, cpu, inside, size = [], [], [], 0
     with tempfile.TemporaryDirectory() as tmp, patch_disabled("executorch", left_out) if left_out else contextlib.nullcontext():
         path = os.path.join(tmp, f"{name}.pte")
         for _ in range(repeats):
             model, inputs = tiny.model(), tiny.inputs("trace")
-            w, c = time.perf_counter(), time.process_time()
-            run = export(model, inputs, path)
-            wall.append(time.perf_counter() - w)
-            cpu.append(time.process_time() - c)
+            with timed(function) if function else contextlib.nullcontext([]) as spent:
+                w, c = time.perf_counter(), time.process_time()
+                run = export(model, inputs, path)
+                wall.append(time.perf_counter() - w)
+                cpu.append(time.process_time() - c)
+            inside.append(sum(spent))
             size = os.path.getsize(path)
         with open(path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
         run()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"wall_s": statistics.median(wall), "cpu_s": statistics.median(cpu), "pte_kb": size / 1024, "rss_mb": rss_mb,
-            "sha256": digest}
+            "sha256": digest, "timed_cpu_s": statistics.median(inside)}
 
 
-def check_identical(patch: str, names: list[str], repeats: int, timeout: int) -> int:
-    """Exports with and without ``patch``: CPU seconds and whether the ``.pte`` bytes match; 1 if any differ."""
-    print(f"{'model':<12} {'with s':>7} {'without s':>9} {'ratio':>6}  identical .pte", flush=True)
+def check_identical(patch: str, names: list[str], repeats: int, timeout: int, function: str | None = None) -> int:
+    """Exports with and without ``patch``: CPU seconds (of the export, and of ``function`` if given) and whether the
+    ``.pte`` bytes match; 1 if any differ."""
+    inside = f" {'in ' + function.rpartition('.')[2] + ' with/without':>30}" if function else ""
+    print(f"{'model':<12} {'with s':>7} {'without s':>9} {'ratio':>6}{inside}  identical .pte", flush=True)
     differ = 0
     for name in names:
-        with_, without = measure("ours", name, repeats, timeout), measure(f"ours-without:{patch}", name, repeats, timeout)
+        with_ = measure("ours", name, repeats, timeout, function)
+        without = measure(f"ours-without:{patch}", name, repeats, timeout, function)
         if "error" in with_ or "error" in without:
             print(f"{name:<12} with: {with_.get('error', 'ok')} | without: {without.get('error', 'ok')}", flush=True)
             differ += ("error" in with_) != ("error" in without)
@@ -101,13 +109,14 @@ def check_identical(patch: str, names: list[str], repeats: int, timeout: int) ->
             else:
                 verdict = "NO"
                 differ += 1
-        print(f"{name:<12} {with_['cpu_s']:7.1f} {without['cpu_s']:9.1f} {with_['cpu_s'] / without['cpu_s']:6.2f}  "
+        inside = f" {with_['timed_cpu_s']:22.2f} / {without['timed_cpu_s']:5.2f}" if function else ""
+        print(f"{name:<12} {with_['cpu_s']:7.1f} {without['cpu_s']:9.1f} {with_['cpu_s'] / without['cpu_s']:6.2f}{inside}  "
               f"{verdict}", flush=True)
     return 1 if differ else 0
 
 
-def measure(side: str, name: str, repeats: int, timeout: int) -> dict:
-    cmd = [sys.executable, __file__, "--worker", side, name, "--repeats", str(repeats)]
+def measure(side: str, name: str, repeats: int, timeout: int, function: str | None = None) -> dict:
+    cmd = [sys.executable, __file__, "--worker", side, name, "--repeats", str(repeats), *(["--timed", function] if function else [])]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
@@ -125,10 +134,12 @@ def main():
     parser.add_argument("--models", default=None, help="comma-separated names from tests/engine/tiny_models.py")
     parser.add_argument("--timeout", type=int, default=1800)
     parser.add_argument("--check-identical", metavar="PATCH", help="with and without this patch: same .pte bytes?")
+    parser.add_argument("--timed", metavar="FUNCTION", help="with --check-identical: also the CPU seconds inside this "
+                        "function (dotted, e.g. executorch.exir.program._program.EdgeProgramManager.to_executorch)")
     parser.add_argument("--worker", nargs=2, metavar=("SIDE", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(*args.worker, args.repeats)))
+        print(json.dumps(worker(*args.worker, args.repeats, args.timed)))
         return
 
     sys.path.insert(0, str(ROOT))
@@ -136,7 +147,7 @@ def main():
 
     names = args.models.split(",") if args.models else list(TINY_MODELS)
     if args.check_identical:
-        raise SystemExit(check_identical(args.check_identical, names, args.repeats, args.timeout))
+        raise SystemExit(check_identical(args.check_identical, names, args.repeats, args.timeout, args.timed))
     header = f"{'model':<12} {'ours s':>7} {'peer s':>7} {'ours cpu':>8} {'peer cpu':>8} {'cpu o/p':>7} {'ours KB':>8} {'peer KB':>8} {'ours MB':>8} {'peer MB':>8}"
     print(header, flush=True)
     ratios = []

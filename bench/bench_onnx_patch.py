@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.exporter_onnx import OnnxExporter  # noqa: E402
 from engine.patches import apply_patches, patch_disabled  # noqa: E402
 from sweep.zoo import build_case  # noqa: E402
+from bench.timing import timed  # noqa: E402
 from sweep.warmup import warm  # noqa: E402
 from tests.engine.onnx_bytes import comparable_bytes  # noqa: E402
 
@@ -35,26 +35,11 @@ DEFAULT_PATCH = {"optimize": "_patch_multi_output_match_checks_its_first_node",
                  "export": "_patch_type_promotion_reads_node_values"}
 
 
-def export(case, without, timed: str):
-    """The unoptimized ONNX model and the CPU seconds spent inside the function named ``timed``."""
-    module_name, _, attribute = timed.rpartition(".")
-    module = importlib.import_module(module_name)
-    inner, spent = getattr(module, attribute), []
-
-    def timed_call(*args, **kwargs):
-        started = time.process_time()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            spent.append(time.process_time() - started)
-
-    setattr(module, attribute, timed_call)
-    try:
-        with without, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            program = OnnxExporter().export(case.model, case.inputs, {"dynamic": True, "optimize": False})
-    finally:
-        setattr(module, attribute, inner)
+def export(case, without, function: str):
+    """The unoptimized ONNX model and the CPU seconds spent inside ``function`` (a dotted name)."""
+    with without, timed(function) as spent, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = OnnxExporter().export(case.model, case.inputs, {"dynamic": True, "optimize": False})
     return program, sum(spent)
 
 
@@ -72,8 +57,8 @@ def main() -> None:
 
     torch.set_num_threads(1)
     warm(["onnx"])  # the first export in a process pays one-off costs; neither side of the comparison should
-    timed = args.timed if args.step == "export" else "optimize"
-    print(f"| model | nodes | {timed} with {patch} | without | ratio | same model |\n|---|---|---|---|---|---|")
+    shown = args.timed if args.step == "export" else "optimize"
+    print(f"| model | nodes | {shown} with {patch} | without | ratio | same model |\n|---|---|---|---|---|---|")
     for name in args.models.split(","):
         case = build_case(name)
         seconds, written = {}, {}

@@ -456,9 +456,10 @@ def _patch_spec_prop_reuses_the_dim_order_retrace(original):
     before it attaches the tensor specs. The metadata the first retrace just produced is what the second one
     recomputes. When the two passes are adjacent in the list (ExecuTorch 1.4's ``edge_to_executorch_passes``), they
     become one ``SpecPropPass`` whose metadata retrace *is* the dim-order pass: one whole-program retrace fewer
-    per export: ``to_executorch`` 1.15 -> 0.95 CPU s for a tiny BERT, 1.11 -> 0.70 s for a tiny Llama (medians of 3,
-    of exports of 6 to 8 s). The ``.pte`` bytes are unchanged on the 12 test architectures
-    (``bench/bench_executorch.py --check-identical _patch_spec_prop_reuses_the_dim_order_retrace``).
+    per export: ``to_executorch`` 1.26 -> 0.92 CPU s for a tiny Llama, 0.79 -> 0.52 s for a tiny ViT (exports of
+    5 to 9 s; ``bench/bench_executorch.py --check-identical _patch_spec_prop_reuses_the_dim_order_retrace --timed
+    executorch.exir.program._program.EdgeProgramManager.to_executorch``, on a loaded machine). The ``.pte`` bytes
+    are unchanged on the 12 test architectures.
     Not an upstream bug: a cost of the pass design, worth an upstream proposal.
     """
     from executorch.exir.passes import spec_prop_pass
