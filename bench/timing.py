@@ -4,33 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import time
 from collections.abc import Iterator
-from typing import Any
 
-
-def resolve(dotted: str) -> tuple[Any, str]:
-    """``(owner, attribute)`` for ``package.module.Class.method`` or ``package.module.function``."""
-    parts = dotted.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            owner = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for name in parts[cut:-1]:
-            owner = getattr(owner, name)
-        if not hasattr(owner, parts[-1]):
-            raise AttributeError(f"{dotted}: {owner!r} has no attribute {parts[-1]!r}")
-        return owner, parts[-1]
-    raise ImportError(f"{dotted}: no importable module in it")
+from engine.patches import resolve_dotted_path
 
 
 @contextlib.contextmanager
 def timed(dotted: str) -> Iterator[list[float]]:
     """Wrap the function ``dotted`` names (a module's function, or a class's method or staticmethod); yields the
     list of CPU seconds of each call made inside the block, and puts the original back after it."""
-    owner, attribute = resolve(dotted)
+    owner, attribute = resolve_dotted_path(dotted)
     own = vars(owner).get(attribute) if isinstance(owner, type) else getattr(owner, attribute)
     if isinstance(own, classmethod):
         raise ValueError(f"{dotted} is a classmethod; time the function it calls instead")
