@@ -124,6 +124,9 @@ def test_skiplisted_cases_skip_and_run_skipped_reports_stale_entries(sweep, pyte
         """))
     result = sweep("--models=GoodModel", "--backend=dynamo")
     result.assert_outcomes(skipped=1)
+    (row,) = rows(pytester)  # the matrix shows the skip and its entry
+    assert row["status"] == "skip" and "pretend it cannot export" in row["skiplist"] and "TODO: nothing" in row["skiplist"]
+    (pytester.path / "reports" / "results.jsonl").unlink()
     result = sweep("--models=GoodModel", "--backend=dynamo", "--run-skipped")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*stale skiplist entries (the case now passes): 1*", "*pretend it cannot export*"])
