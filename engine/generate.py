@@ -101,11 +101,12 @@ def logits_processors(plan: GenerationPlan, values: Mapping[str, Any], prompt_le
     if config.min_new_tokens is not None:
         config.min_length = config.min_new_tokens + prompt_length
     encoder_inputs = values.get(plan.main_input_name)
-    mask = values.get("decoder_attention_mask" if plan.is_encoder_decoder else "attention_mask")
+    mask_name = "decoder_attention_mask" if plan.is_encoder_decoder else "attention_mask"
+    mask = values.get(mask_name)
     processors = GenerationMixin._get_logits_processor(
         _ProcessorOwner(plan.is_encoder_decoder), generation_config=config, input_ids_seq_length=prompt_length,
         encoder_input_ids=encoder_inputs if isinstance(encoder_inputs, torch.Tensor) else None, device="cpu",
-        model_kwargs={} if mask is None else {"attention_mask" if not plan.is_encoder_decoder else "decoder_attention_mask": mask},
+        model_kwargs={} if mask is None else {mask_name: mask},
     )
     return processors or None
 

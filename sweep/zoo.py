@@ -176,16 +176,22 @@ def _build(cls: type, profile: Profile, rules: dict, seed: int, name: str,
             raise as_missing_dependency(name, exc) from exc
         except Exception as exc:  # noqa: BLE001
             fix = repairs.learn_from_init_error(exc, config, profile) if attempt < INIT_REPAIRS else None
-            if fix and repairs.merge(learned, fix) != learned:
+            if _teaches(learned, fix):
                 learned = repairs.merge(learned, fix)
                 continue
             raise ZooError(name, INIT_ERROR, f"[{profile.name}] {type(exc).__name__}: {exc}") from exc
+        # the class built but warned that it needs a flag: build it again with the flag
         fix = next(filter(None, (repairs.required_flag(message, config) for message in warned)), None)
-        if fix and attempt < INIT_REPAIRS and repairs.merge(learned, fix) != learned:
-            learned = repairs.merge(learned, fix)  # the class warned that it needs a flag: build it with the flag
+        if attempt < INIT_REPAIRS and _teaches(learned, fix):
+            learned = repairs.merge(learned, fix)
             continue
         return model.eval()
     raise AssertionError("unreachable")
+
+
+def _teaches(learned: dict, fix: dict | None) -> bool:
+    """Whether ``fix`` adds something to the overrides ``learned`` so far (a rebuild would differ)."""
+    return bool(fix) and repairs.merge(learned, fix) != learned
 
 
 @contextlib.contextmanager
