@@ -123,6 +123,17 @@ CHANNEL_LISTS = ("hidden_sizes", "embed_dims", "channels", "dims", "widths", "nu
                  "stage_in_channels", "stage_mid_channels", "stage_out_channels", "embed_dim_per_stage",
                  "hidden_size_per_stage", "in_channels_list", "conv_dim", "feature_channels",
                  "reassemble_hidden_size", "fusion_hidden_size", "in_channels", "neck_dims")
+# Stacks beside the main one (a speech encoder, a predictor, a resampler, an MAE decoder): capped at the profile's
+# layer count on their own, since no layer pattern or index refers to them.
+OTHER_LAYER_COUNTS = ("speech_encoder_layers", "t2u_encoder_layers", "t2u_decoder_layers", "decoder_num_hidden_layers",
+                      "encoder_num_hidden_layers", "pred_num_hidden_layers", "conf_num_hidden_layers",
+                      "num_spatial_layers", "num_temporal_layers", "memory_attention_num_layers",
+                      "text_encoder_num_layers", "l_layers", "x_layers", "r_layers", "resampler_depth",
+                      "posterior_encoder_num_wavenet_layers", "prior_encoder_num_wavenet_layers",
+                      "num_timestamp_prediction_layers", "layers", "aligner_num_add_layers", "num_mel_attn_blocks")
+# Time series models walk their context patch by patch (TimesFM 2.5: 16,384 steps in patches of 32): four
+# patches keep every code path at a fraction of the graph.
+CONTEXT_PATCHES = 4
 DEPTH_LISTS = ("depths", "num_layers_per_stage", "layers_per_stage", "block_repeats", "stage_depths",
                "num_blocks_per_stage", "depth_per_stage", "encoder_layers_per_stage", "repeats",
                "stage_num_layers", "num_hidden_layers_per_stage")
@@ -246,7 +257,7 @@ def min_layers(node: Node, profile: Profile, old_layers: int) -> int:
             flat = [v for v in values if _is_int(v)]
             positives = [v for v in flat if v >= 0]
             negatives = [-v for v in flat if v < 0]
-            if positives:  # remapped onto the last layers by _remap_layer_indices: one layer each
+            if positives and not _every_layer(positives, old_layers):  # remapped onto the last layers: one each
                 need = max(need, len(set(positives)))
             if negatives:
                 need = max(need, max(negatives))
@@ -255,10 +266,16 @@ def min_layers(node: Node, profile: Profile, old_layers: int) -> int:
             # a cycle of block types repeated over the layers: keep every type's first position
             firsts = {v: value.index(v) for v in value}
             need = max(need, max(firsts.values()) + 1)
-    for key in node.derived_patterns:
-        pattern = node.derived_patterns[key]
+    for pattern in node.derived_patterns.values():
+        if _int_list(pattern) and not set(pattern) <= {0, 1}:
+            continue  # per-layer counts and layer indices: __post_init__ derives them again for the new count
         need = max(need, len({_hashable(v) for v in pattern}))
     return need
+
+
+def _every_layer(indices: list[int], layers: int) -> bool:
+    """An index list naming every layer (Llama 4's ``moe_layers``): it means "all", whatever the count."""
+    return layers > 1 and set(indices) == set(range(layers))
 
 
 def _keep_kv_sharing(node: Node) -> None:
@@ -299,6 +316,9 @@ def _remap_layer_indices(node: Node, old_layers: int, layers: int) -> None:
         values = list(value) if isinstance(value, (list, tuple)) else [value]
         positives = sorted({v for v in values if _is_int(v) and v >= 0})
         if not positives or max(positives) < layers:
+            continue
+        if _every_layer(positives, old_layers):
+            node.args[key] = type(value)(range(layers))
             continue
         one_based = key == "out_indices" or max(positives) == old_layers  # hidden states include the embeddings
         top = layers + 1 if one_based else layers
@@ -443,6 +463,10 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
 
         _shrink_periods(node, target)
         _keep_kv_sharing(node)
+    _cap(args, OTHER_LAYER_COUNTS, profile.layers)
+    patch = args.get("patch_length")
+    if _is_int(patch) and patch > 0:
+        _cap(args, ("context_length",), CONTEXT_PATCHES * patch)
 
     # Mixture of experts and low-rank attention.
     _cap(args, EXPERT_COUNTS, profile.experts)

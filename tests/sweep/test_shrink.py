@@ -296,3 +296,27 @@ def test_fused_tower_widths_and_codec_encoder_widths_stay_small_and_consistent()
     assert config.quantization_dim == config.hidden_size + config.semantic_model_config.hidden_size
     assert config.encoder_hidden_size <= shrink.PROFILES[0].min_channel  # doubled at each downsampling ratio
     assert shrink.shrink_config(DacConfig).encoder_hidden_size <= shrink.PROFILES[0].min_channel
+
+
+def test_lists_naming_every_layer_do_not_pin_the_layer_count():
+    """Llama 4 derives ``moe_layers`` = every layer and MistralLarge 4 ``kv_source_layers`` = one per layer:
+    both kept 48 and 72 layers before; "every layer" stays every layer of the shrunk stack."""
+    from transformers import Llama4TextConfig, MistralLarge4TextConfig
+
+    llama4 = shrink.shrink_config(Llama4TextConfig)
+    assert llama4.num_hidden_layers == TINY.layers
+    assert list(llama4.moe_layers) == list(range(TINY.layers))
+    assert len(llama4.no_rope_layers) == TINY.layers
+    mistral = shrink.shrink_config(MistralLarge4TextConfig)
+    assert mistral.num_hidden_layers == TINY.layers and len(mistral.kv_source_layers) == TINY.layers
+
+
+def test_side_stacks_and_time_series_contexts_shrink():
+    """A second stack beside the main one (SeamlessM4T's 24-layer speech encoder) and a long context walked
+    patch by patch (TimesFM 2.5: 16,384 steps) are what made tiny models export for minutes."""
+    from transformers import SeamlessM4TConfig, TimesFm2_5Config
+
+    seamless = shrink.shrink_config(SeamlessM4TConfig)
+    assert seamless.speech_encoder_layers == seamless.t2u_encoder_layers == TINY.layers
+    timesfm = shrink.shrink_config(TimesFm2_5Config)
+    assert timesfm.context_length == shrink.CONTEXT_PATCHES * timesfm.patch_length
