@@ -131,6 +131,8 @@ OTHER_LAYER_COUNTS = ("speech_encoder_layers", "t2u_encoder_layers", "t2u_decode
                       "text_encoder_num_layers", "l_layers", "x_layers", "r_layers", "resampler_depth",
                       "posterior_encoder_num_wavenet_layers", "prior_encoder_num_wavenet_layers",
                       "num_timestamp_prediction_layers", "layers", "aligner_num_add_layers", "num_mel_attn_blocks")
+# Recurrent passes over the same layer stack (HRM: H_cycles x (L_cycles + 1) passes): one pass of each kind.
+PASS_COUNTS = ("H_cycles", "L_cycles")
 # Time series models walk their context patch by patch (TimesFM 2.5: 16,384 steps in patches of 32): four
 # patches keep every code path at a fraction of the graph.
 CONTEXT_PATCHES = 4
@@ -464,6 +466,7 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
         _shrink_periods(node, target)
         _keep_kv_sharing(node)
     _cap(args, OTHER_LAYER_COUNTS, profile.layers)
+    _cap(args, PASS_COUNTS, 1)
     patch = args.get("patch_length")
     if _is_int(patch) and patch > 0:
         _cap(args, ("context_length",), CONTEXT_PATCHES * patch)

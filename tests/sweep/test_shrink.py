@@ -312,11 +312,14 @@ def test_lists_naming_every_layer_do_not_pin_the_layer_count():
 
 
 def test_side_stacks_and_time_series_contexts_shrink():
-    """A second stack beside the main one (SeamlessM4T's 24-layer speech encoder) and a long context walked
-    patch by patch (TimesFM 2.5: 16,384 steps) are what made tiny models export for minutes."""
-    from transformers import SeamlessM4TConfig, TimesFm2_5Config
+    """A second stack beside the main one (SeamlessM4T's 24-layer speech encoder), a long context walked
+    patch by patch (TimesFM 2.5: 16,384 steps) and repeated passes over one stack (HRM) are what made tiny
+    models export for minutes."""
+    from transformers import HrmTextConfig, SeamlessM4TConfig, TimesFm2_5Config
 
     seamless = shrink.shrink_config(SeamlessM4TConfig)
     assert seamless.speech_encoder_layers == seamless.t2u_encoder_layers == TINY.layers
     timesfm = shrink.shrink_config(TimesFm2_5Config)
     assert timesfm.context_length == shrink.CONTEXT_PATCHES * timesfm.patch_length
+    hrm = shrink.shrink_config(HrmTextConfig)
+    assert hrm.H_cycles == hrm.L_cycles == 1 and hrm.num_layers_per_stack == TINY.layers
