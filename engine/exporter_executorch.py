@@ -455,14 +455,14 @@ def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
 
 def _bounds(size: Any, ranges: Mapping) -> list[int]:
     """``[min, max]`` of one input dim. A symbolic dim's lower bound of 2 is torch.export's 0/1-specialisation
-    assumption, not a limit of the program: ``ExportedProgram.module()`` accepts size 1 there too (a decode step
-    traced with two tokens runs one at a time), so the recorded minimum is 1, as the exported program's own
-    guards have it."""
+    assumption, not a limit of the program: ``ExportedProgram.module()`` accepts sizes 0 and 1 there too (a
+    decode step traced with two tokens runs one at a time; over an empty cache it computes the prefill), so the
+    recorded minimum is 0, as the exported program's own input checks have it."""
     if isinstance(size, int):
         return [size, size]
     vr = bound_sympy(size.node.expr, dict(ranges))
     lo = int(vr.lower) if vr.lower.is_finite else 0
-    lo = 1 if lo == 2 else lo
+    lo = 0 if lo == 2 else lo
     hi = int(vr.upper) if vr.upper.is_finite else -1  # -1: unbounded (cannot happen after the fix)
     return [lo, hi]
 

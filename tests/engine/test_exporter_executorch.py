@@ -83,7 +83,7 @@ def test_bounds_of_a_bert():
     # the batch is capped from the sample; the length is already bounded (by 128) by the model's own guards
     assert "input_ids dim 0 <= 8 (batch: 4 x traced 2)" in message and "input_ids dim 1" not in message, message
     bounds = {spec["name"]: spec["bounds"] for spec in _meta(manager)["inputs"]}
-    assert bounds["input_ids"] == [[1, 8], [1, 128]]  # torch.export's 0/1 minimum of 2 is recorded as 1
+    assert bounds["input_ids"] == [[0, 8], [0, 128]]  # torch.export's 0/1 minimum of 2 is recorded as 0
 
 
 def test_manager_runs_in_memory():
@@ -97,7 +97,7 @@ def test_manager_runs_in_memory():
 def test_shape_outside_bounds_is_a_clear_error():
     _, manager, _ = _dynamic_export("bert")
     too_long = TINY_MODELS["bert"].make_inputs(2, 129, 0)
-    with pytest.raises(InputError, match=r"input_ids dim 1 is 129, outside the exported bounds: it must be between 1 and 128"):
+    with pytest.raises(InputError, match=r"input_ids dim 1 is 129, outside the exported bounds: it must be between 0 and 128"):
         run_exported(manager, too_long)
     with pytest.raises(InputError, match="missing: token_type_ids"):
         run_exported(manager, {k: v for k, v in too_long.items() if k != "token_type_ids"})
@@ -136,8 +136,8 @@ def test_caps_come_from_the_config():
     caps = [str(w.message) for w in caught if issubclass(w.category, UnboundedDimWarning)]
     assert len(caps) == 1, caps
     assert "x dim 0 <= 12 (batch: 4 x traced 3); x dim 1 <= 16 (config max_position_embeddings=16)" in caps[0]
-    assert _meta(manager)["inputs"][0]["bounds"] == [[1, 12], [1, 16], [4, 4]]
-    with pytest.raises(InputError, match="x dim 1 is 17, outside the exported bounds: it must be between 1 and 16"):
+    assert _meta(manager)["inputs"][0]["bounds"] == [[0, 12], [0, 16], [4, 4]]
+    with pytest.raises(InputError, match="x dim 1 is 17, outside the exported bounds: it must be between 0 and 16"):
         run_exported(manager, {"x": torch.randn(3, 17, 4)})
 
 
@@ -153,15 +153,15 @@ def test_explicit_dim_bounds_are_respected():
     caps = [str(w.message) for w in caught if issubclass(w.category, UnboundedDimWarning)]
     # the explicit batch bound is kept; only the AUTO length is capped (no config: 4 x traced, floor 256)
     assert len(caps) == 1 and "x dim 1 <= 256" in caps[0] and "dim 0" not in caps[0], caps
-    # the max is the explicit one; the min is 1 as asked (torch.export states 2, its 0/1-specialisation
-    # assumption, which its own runtime does not enforce either)
-    assert _meta(manager)["inputs"] == [{"name": "x", "dtype": "float32", "bounds": [[1, 6], [1, 256], [4, 4]]}]
+    # the max is the explicit one; the min is 0 as ExportedProgram.module() has it: torch.export states 2 (its
+    # 0/1-specialisation assumption, for min=1 too) and its own input check accepts 0 and 1 there
+    assert _meta(manager)["inputs"] == [{"name": "x", "dtype": "float32", "bounds": [[0, 6], [0, 256], [4, 4]]}]
     x6 = torch.randn(6, 9, 4)
     with torch.no_grad():
         expected = get_leaf_tensors(model(x6))
     comparison = compare_leaves(expected, run_exported(manager, {"x": x6}), atol=ATOL, rtol=RTOL)
     assert comparison.ok, str(comparison)
-    with pytest.raises(InputError, match="x dim 0 is 7, outside the exported bounds: it must be between 1 and 6"):
+    with pytest.raises(InputError, match="x dim 0 is 7, outside the exported bounds: it must be between 0 and 6"):
         run_exported(manager, {"x": torch.randn(7, 5, 4)})
 
 
@@ -174,13 +174,13 @@ def test_max_seq_len_lowers_a_bound_the_guards_derived():
     caps = [str(w.message) for w in caught if issubclass(w.category, UnboundedDimWarning)]
     # bert's position table bounds the length by 128 (a guard); max_seq_len lowers it, the batch cap is unchanged
     assert len(caps) == 1 and "input_ids dim 1 <= 16 (max_seq_len=16, was 128)" in caps[0], caps
-    assert {s["name"]: s["bounds"] for s in _meta(manager)["inputs"]}["input_ids"] == [[1, 8], [1, 16]]
+    assert {s["name"]: s["bounds"] for s in _meta(manager)["inputs"]}["input_ids"] == [[0, 8], [0, 16]]
     default_plan = sum(_dynamic_export("bert")[1].executorch_program.execution_plan[0].non_const_buffer_sizes)
     assert sum(manager.executorch_program.execution_plan[0].non_const_buffer_sizes) < default_plan / 4
     inputs = tiny.make_inputs(3, 16, 1)
     comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=ATOL, rtol=RTOL)
     assert comparison.ok, str(comparison)
-    with pytest.raises(InputError, match="input_ids dim 1 is 17, outside the exported bounds: it must be between 1 and 16"):
+    with pytest.raises(InputError, match="input_ids dim 1 is 17, outside the exported bounds: it must be between 0 and 16"):
         run_exported(manager, tiny.make_inputs(2, 17, 0))
 
 
