@@ -269,10 +269,16 @@ def min_layers(node: Node, profile: Profile, old_layers: int) -> int:
             firsts = {v: value.index(v) for v in value}
             need = max(need, max(firsts.values()) + 1)
     for pattern in node.derived_patterns.values():
-        if _int_list(pattern) and not set(pattern) <= {0, 1}:
-            continue  # per-layer counts and layer indices: __post_init__ derives them again for the new count
+        if _rederived_per_layer(pattern):
+            continue
         need = max(need, len({_hashable(v) for v in pattern}))
     return need
+
+
+def _rederived_per_layer(pattern: Any) -> bool:
+    """A derived per-layer list of counts or layer indices (not a 0/1 flag pattern): ``__post_init__`` derives it
+    again for the new layer count, so it neither pins the count nor is resampled."""
+    return _int_list(pattern) and not set(pattern) <= {0, 1}
 
 
 def _every_layer(indices: list[int], layers: int) -> bool:
@@ -449,8 +455,8 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
             args[key] = list(derived)
     old_layers = next((args[k] for k in LAYER_COUNTS if _is_int(args.get(k)) and args[k] > 0), None)
     if old_layers:
-        target = min(old_layers, min_layers(node, profile, old_layers))
-        need = max(target, min_layers(node, profile, old_layers))
+        need = min_layers(node, profile, old_layers)
+        target = min(old_layers, need)
         for key in LAYER_COUNTS:  # each stack (encoder, decoder, ...) shrinks on its own
             if _is_int(args.get(key)) and args[key] > need:
                 args[key] = need
@@ -458,8 +464,7 @@ def shrink_node(node: Node, profile: Profile, widths: set[int], token_map: dict[
             if isinstance(value, (list, tuple)) and len(value) == old_layers and old_layers > target and key not in CHANNEL_LISTS:
                 args[key] = type(value)(_resample_pattern(list(value), target))
         for key, pattern in node.derived_patterns.items():  # per-layer counts and indices are re-derived
-            counts = _int_list(pattern) and not set(pattern) <= {0, 1}  # 0/1 flags are a layer pattern
-            if args.get(key) is None and len(pattern) == old_layers and not counts:
+            if args.get(key) is None and len(pattern) == old_layers and not _rederived_per_layer(pattern):
                 args[key] = _resample_pattern(list(pattern), target)
         _remap_layer_indices(node, old_layers, target)
 
