@@ -37,10 +37,8 @@ def generation_inputs(name: str, seed: int, cache: str, model) -> dict:
     return inputs
 
 
+#: the whole matrix (36 cases) runs in CI; ExecuTorch Mamba2 is its longest case
 CASES = [(n, "dynamic") for n in MODELS] + [(n, "static") for n in DECODER_ONLY]
-#: on ONNX and ExecuTorch, CI runs one model per family (each lowering takes a minute of CPU); the whole
-#: matrix runs by hand: ./dev unit -m slow tests/engine/test_generate.py
-CI_CROSS_BACKEND = {("llama", "dynamic"), ("llama", "static"), ("t5", "dynamic"), ("llava", "dynamic")}
 
 
 #: known failures, strict: a fix shows up as an unexpected pass
@@ -51,8 +49,6 @@ def _params():
     for backend in ("dynamo", "onnx", "executorch"):
         for name, cache in CASES:
             marks = []
-            if backend != "dynamo" and (name, cache) not in CI_CROSS_BACKEND:
-                marks.append(pytest.mark.slow)
             if (name, cache, backend) in KNOWN_FAILURES:
                 marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[name, cache, backend]))
             yield pytest.param(name, cache, backend, id=f"{name}-{cache}-{backend}", marks=marks)
