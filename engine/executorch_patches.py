@@ -196,6 +196,32 @@ def _patch_conv1d_with_several_dynamic_dims(original):
     return check_constraints
 
 
+@register_patch(
+    "executorch",
+    "executorch.backends.xnnpack.partition.config.node_configs.MaxDimConfig.check_constraints",
+    requires=_EXECUTORCH,
+)
+def _patch_max_dim_outside_the_serializers_dims(original):
+    """Pattern: ``x.max(dim=-1, keepdim=True).values`` on a 4-D tensor (GPT-OSS's attention sinks, MiMo-V2, HY-V4,
+    OpenAI privacy filter) or ``x.max(dim=d)`` without ``keepdim`` (Hiera).
+
+    XNNPACK's partitioner takes any ``max.dim`` of a 4-D input whose indices go unused, but its serializer
+    (``op_max_dim.py``) emits a 2-D pooling that needs ``keepdim=True`` and ``dim`` spelled 2 or 3, and raises
+    ``amax.default only supports dim == 2 or dim == 3`` (or ``... keep_dim == True``) at lowering: ``-1`` is
+    refused although it is dim 3. Reject the nodes the serializer would refuse, with the serializer's own spelling
+    check, so they stay on the portable kernel. Upstream: the same spelling mismatch was fixed for ``mean.dim`` in
+    https://github.com/pytorch/executorch/pull/19206; no issue found for ``max.dim`` (TODO).
+    """
+
+    def check_constraints(self, node, ep):
+        keepdim = len(node.args) > 2 and node.args[2] is True
+        if not keepdim or node.args[1] not in (2, 3):
+            return False
+        return original(self, node, ep)
+
+    return check_constraints
+
+
 @register_patch("executorch", "executorch.exir.verification.verifier._EXECUTORCH_SYM_OPS", requires=_EXECUTORCH)
 def _patch_edge_verifier_python_sym_functions(original):
     """Pattern: a data-dependent check on a tensor (``torch._check_tensor_all(mask.sum() * h == n)``, as

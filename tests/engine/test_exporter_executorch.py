@@ -351,3 +351,26 @@ def test_lowering_speed_patch_leaves_the_bytes_unchanged(patch):
     with_patch = _pte_bytes()
     with patch_disabled("executorch", patch):
         assert _pte_bytes() == with_patch
+
+
+class _MaxOverDim(torch.nn.Module):
+    """``max.dim`` of a 4-D tensor with its indices unused: what XNNPACK's partitioner claims."""
+
+    def __init__(self, dim: int, keepdim: bool):
+        super().__init__()
+        self.dim, self.keepdim = dim, keepdim
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        x = self.proj(x)
+        top = x.max(dim=self.dim, keepdim=self.keepdim).values
+        return x - (top if self.keepdim else top.unsqueeze(self.dim))
+
+
+@pytest.mark.parametrize("dim, keepdim", [(-1, True), (3, False), (1, True), (2, True), (3, True)])
+def test_max_over_a_dim_lowers_whatever_its_spelling(dim, keepdim):
+    # -1 and keepdim=False used to be claimed by XNNPACK and refused by its serializer (GPT-OSS, Hiera)
+    model, inputs = _MaxOverDim(dim, keepdim).eval(), {"x": torch.randn(2, 3, 4, 8)}
+    manager = ExecutorchExporter().export(model, inputs, config={"dynamic": False})
+    comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
