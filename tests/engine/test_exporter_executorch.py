@@ -374,3 +374,26 @@ def test_max_over_a_dim_lowers_whatever_its_spelling(dim, keepdim):
     manager = ExecutorchExporter().export(model, inputs, config={"dynamic": False})
     comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=ATOL, rtol=RTOL)
     assert comparison.ok, str(comparison)
+
+
+class _ConvBatchNorm1d(torch.nn.Module):
+    """A Conformer convolution module's tail: depthwise conv1d, then BatchNorm1d over ``[batch, channels, time]``."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(8, 8, 3, padding=1, groups=8)
+        self.norm = torch.nn.BatchNorm1d(8)
+        self.norm.running_mean.normal_()
+        self.norm.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        return self.norm(self.conv(x).float())
+
+
+def test_batch_norm_1d_with_dynamic_batch_and_time_lowers():
+    # XNNPACK used to claim the norm and fail on the conv1d it rewrites it into (LASR, Canary, Granite Speech)
+    model, inputs = _ConvBatchNorm1d().eval(), {"x": torch.randn(2, 8, 12)}
+    manager = ExecutorchExporter().export(model, inputs, config={"dynamic": True})
+    for x in (inputs["x"], torch.randn(3, 8, 7)):
+        comparison = compare_leaves(eager_leaves(model, {"x": x}), run_exported(manager, {"x": x}), atol=ATOL, rtol=RTOL)
+        assert comparison.ok, str(comparison)
