@@ -22,14 +22,22 @@ BUILD_ERRORS = ("config_error", "init_error", "forward_error")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # torch.onnx colours parts of its messages
 
 
+_BARE_TYPE = re.compile(r"^[\w.]+:$")  # "SpecViolationError:" with its message on the lines below
+
+
 def first_line(error: str | None) -> str | None:
-    """The first non-blank line of an error message, terminal colours removed (``None`` for no message)."""
+    """The first non-blank line of an error message, terminal colours removed (``None`` for no message).
+
+    A line that is only the exception's type (``SpecViolationError:``, ExecuTorch's verifier starts its message
+    on a new line) gets the next non-blank line appended, so the line names the cause."""
     if not error:
         return None
-    for line in _ANSI.sub("", str(error)).splitlines():
-        if line.strip():
-            return line.strip()
-    return None
+    lines = [line.strip() for line in _ANSI.sub("", str(error)).splitlines() if line.strip()]
+    if not lines:
+        return None
+    if _BARE_TYPE.match(lines[0]) and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
 
 
 # ─── Generic normalisation ───────────────────────────────────────────────────────────────────────
@@ -118,7 +126,7 @@ _RULES: list[tuple[re.Pattern, Any]] = [
      lambda m: f"onnxruntime: {m.group(1)} in {m.group(2)} node"),
     (re.compile(r"\[ONNXRuntimeError\] : \d+ : (\w+)"), lambda m: f"onnxruntime: {m.group(1)}"),
     # ExecuTorch
-    (re.compile(r"Operator ([\w.:]+) is not (?:Aten Canonical|core ATen)", re.I),
+    (re.compile(r"Operator ([\w.:]+) is not (?:in )?(?:Aten Canonical|core ATen)", re.I),
      lambda m: f"executorch: op not in core ATen ({_op(m.group(1))})"),
     (re.compile(r"Missing out variants: \{'([\w.:]+)'"),
      lambda m: f"executorch: no out variant for {_op(m.group(1))}"),

@@ -62,6 +62,10 @@ REALISTIC = [
     (fail("ExportError", "ExportError: [ExportErrorType.VIOLATION_OF_SPEC]: Operator torch._ops.aten.nonzero.default "
           "is not Aten Canonical.", stage="lower"),
      "executorch: op not in core ATen (aten.nonzero)"),
+    # ExecuTorch's edge verifier: the same cause, worded anew, its message starting on the next line
+    (fail("SpecViolationError", "SpecViolationError: \nOperator torch._ops.aten._fft_c2c.default is not in Core ATen "
+          "opset (https://pytorch.org/docs/stable/torch.compiler_ir.html#core-aten-ir).\nThere are a few things to try:",
+          stage="lower"), "executorch: op not in core ATen (aten._fft_c2c)"),
     (fail("RuntimeError", "RuntimeError: Missing out variants: {'aten::_upsample_bicubic2d_aa'}", stage="lower"),
      "executorch: no out variant for aten._upsample_bicubic2d_aa"),
     # seen on the dynamo backend (torch.export's verifier while loading a saved program): not ExecuTorch's
@@ -147,3 +151,7 @@ def test_first_line_drops_terminal_colours():
 def test_first_line():
     assert first_line("\n  \n  ValueError: x\nmore") == "ValueError: x"
     assert first_line(None) is None and first_line("") is None
+    # a message that starts below its type line: the line names the cause, not the type alone
+    assert first_line("SpecViolationError: \nOperator aten.polar is not in Core ATen\nmore") == (
+        "SpecViolationError: Operator aten.polar is not in Core ATen")
+    assert first_line("ValueError:") == "ValueError:"
