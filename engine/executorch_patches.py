@@ -539,3 +539,40 @@ def _patch_spec_prop_reuses_the_dim_order_retrace(original):
 
 
 # ── Stage 5: FX node fixes ────────────────────────────────────────────────────────────────────────
+
+#: uninitialised allocations and their zero-filled twins (same arguments, no ``memory_format``)
+_ZEROED = {
+    torch.ops.aten.new_empty.default: torch.ops.aten.new_zeros.default,
+    torch.ops.aten.empty.memory_format: torch.ops.aten.zeros.default,
+    torch.ops.aten.empty_like.default: torch.ops.aten.zeros_like.default,
+}
+
+
+@register_fx_node_fix("executorch")
+def _fix_symbolic_empty_as_zeros(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make an uninitialised allocation of a symbolic size (``x.new_empty(b, h, s, d)``, ``torch.empty_like(x)``) a
+    zero-filled one.
+
+    Pattern: DeepSeek-V3's multi-head latent attention (and MiniCPM3, Mistral 4, Kimi Linear, GLM-MoE-DSA...)
+    builds its keys with ``kv_nope.new_empty(...)`` and fills the two halves in place. ExecuTorch's edge passes
+    turn ``aten.empty.memory_format`` into ``dim_order_ops._empty_dim_order``, whose schema takes ``int[] size``,
+    not ``SymInt[]``: calling it on symbolic sizes makes each one a Python int, so the frozen shape environment
+    pins batch and sequence to their traced values and the ``.pte`` accepts only the traced sequence length (and
+    batches up to the traced one). ``zeros`` takes ``SymInt[]`` and lowers to ``full``; an ``empty`` tensor's
+    contents are undefined, so zeros are one of its values. Only symbolic sizes are touched: a static ``empty``
+    keeps its (free) uninitialised allocation. Upstream: no issue found for ``_empty_dim_order``'s ``int[]`` schema
+    (executorch/exir/passes/dim_order_ops_registry.py) (TODO).
+    """
+    zeroed = _ZEROED.get(node.target) if node.op == "call_function" else None
+    val = node.meta.get("val")
+    if zeroed is None or not isinstance(val, torch.Tensor) or not any(free_symbols(d) for d in val.shape):
+        return False
+    if node.kwargs.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
+        return False
+    kwargs = {k: v for k, v in node.kwargs.items() if k != "memory_format"}
+    with gm.graph.inserting_before(node):
+        replacement = gm.graph.call_function(zeroed, node.args, kwargs)
+    replacement.meta.update(node.meta)
+    node.replace_all_uses_with(replacement)
+    gm.graph.erase_node(node)
+    return True

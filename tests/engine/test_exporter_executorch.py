@@ -397,3 +397,30 @@ def test_batch_norm_1d_with_dynamic_batch_and_time_lowers():
     for x in (inputs["x"], torch.randn(3, 8, 7)):
         comparison = compare_leaves(eager_leaves(model, {"x": x}), run_exported(manager, {"x": x}), atol=ATOL, rtol=RTOL)
         assert comparison.ok, str(comparison)
+
+
+class _KeysFromTwoHalves(torch.nn.Module):
+    """Multi-head latent attention's keys: an uninitialised tensor of the input's (symbolic) shape, filled in two
+    halves."""
+
+    def __init__(self, allocate):
+        super().__init__()
+        self.allocate = allocate
+
+    def forward(self, x):
+        keys = self.allocate(x)
+        keys[..., : x.shape[-1]] = x
+        keys[..., x.shape[-1]:] = x * 2
+        return keys
+
+
+@pytest.mark.parametrize("allocate", [
+    lambda x: x.new_empty(*x.shape[:-1], 2 * x.shape[-1]),  # DeepSeek-V3: the .pte took the traced length only
+    lambda x: torch.empty_like(torch.cat([x, x], dim=-1)),  # empty_permuted, not in core ATen, failed to lower
+], ids=["new_empty", "empty_like"])
+def test_empty_of_a_symbolic_size_keeps_its_dims_dynamic(allocate):
+    model, inputs = _KeysFromTwoHalves(allocate), {"x": torch.randn(2, 4, 8, 16)}
+    manager = ExecutorchExporter().export(model, inputs, config={"dynamic": True})
+    for x in (inputs["x"], torch.randn(3, 4, 5, 16)):
+        comparison = compare_leaves(eager_leaves(model, {"x": x}), run_exported(manager, {"x": x}), atol=ATOL, rtol=RTOL)
+        assert comparison.ok, str(comparison)
