@@ -153,6 +153,16 @@ def _runs_as_conv1d_with_several_dynamic_dims(node: torch.fx.Node) -> bool:
     return isinstance(val, torch.Tensor) and val.ndim == 3 and _dynamic_dims(val) > 1
 
 
+def _rejecting(original, refused):
+    """A partitioner config's ``check_constraints`` that also refuses the nodes ``refused(node)`` names: the ones
+    XNNPACK's serializer would fail on, so they stay on the portable kernels."""
+
+    def check_constraints(self, node, ep):
+        return False if refused(node) else original(self, node, ep)
+
+    return check_constraints
+
+
 @register_patch(
     "executorch",
     "executorch.backends.xnnpack.partition.config.generic_node_configs.UnsqueezeCopyConfig.check_constraints",
@@ -169,12 +179,7 @@ def _patch_unsqueeze_with_several_dynamic_dims(original):
     dynamic dimension"); no issue found for the partitioner/serializer mismatch (TODO).
     """
 
-    def check_constraints(self, node, ep):
-        if _dynamic_dims(node.meta.get("val")) > 1:
-            return False
-        return original(self, node, ep)
-
-    return check_constraints
+    return _rejecting(original, lambda node: _dynamic_dims(node.meta.get("val")) > 1)
 
 
 @register_patch(
@@ -194,12 +199,7 @@ def _patch_conv1d_with_several_dynamic_dims(original):
     found for the partitioner admitting such convolutions (TODO).
     """
 
-    def check_constraints(self, node, ep):
-        if _runs_as_conv1d_with_several_dynamic_dims(node):
-            return False
-        return original(self, node, ep)
-
-    return check_constraints
+    return _rejecting(original, _runs_as_conv1d_with_several_dynamic_dims)
 
 
 @register_patch(
@@ -218,12 +218,7 @@ def _patch_batch_norm_1d_with_several_dynamic_dims(original):
     kernel runs them. Upstream: no issue found for the partitioner admitting them (TODO).
     """
 
-    def check_constraints(self, node, ep):
-        if _runs_as_conv1d_with_several_dynamic_dims(node):
-            return False
-        return original(self, node, ep)
-
-    return check_constraints
+    return _rejecting(original, _runs_as_conv1d_with_several_dynamic_dims)
 
 
 @register_patch(
@@ -243,13 +238,11 @@ def _patch_max_dim_outside_the_serializers_dims(original):
     https://github.com/pytorch/executorch/pull/19206; no issue found for ``max.dim`` (TODO).
     """
 
-    def check_constraints(self, node, ep):
+    def refused(node):
         keepdim = len(node.args) > 2 and node.args[2] is True
-        if not keepdim or node.args[1] not in (2, 3):
-            return False
-        return original(self, node, ep)
+        return not keepdim or node.args[1] not in (2, 3)
 
-    return check_constraints
+    return _rejecting(original, refused)
 
 
 @register_patch("executorch", "executorch.exir.verification.verifier._EXECUTORCH_SYM_OPS", requires=_EXECUTORCH)
