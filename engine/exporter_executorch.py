@@ -503,17 +503,21 @@ def program_metadata(program: torch.export.ExportedProgram, traced_inputs: Mappi
 
 
 def _warn_specialised_by_lowering(name: str, before: dict, after: dict) -> None:
-    """Name every input dim the traced program took at several sizes and the lowered program at one only."""
-    lost = [
-        f"{b['name']} dim {d} (bounds {lo}..{hi}, lowered to {a_lo})"
-        for b, a in zip(before["inputs"], after["inputs"])
-        for d, ((lo, hi), (a_lo, a_hi)) in enumerate(zip(b["bounds"], a["bounds"]))
-        if lo != hi and a_lo == a_hi
-    ]
-    if lost:
+    """Name every input dim whose bounds the lowering narrowed: to one size (the ``.pte`` accepts only it) or to
+    a smaller range (DeepSeek-V3's batch once came out as ``0..2``, the traced batch, from ``0..8``)."""
+    pinned, narrowed = [], []
+    for b, a in zip(before["inputs"], after["inputs"]):
+        for d, ((lo, hi), (a_lo, a_hi)) in enumerate(zip(b["bounds"], a["bounds"])):
+            if lo != hi and a_lo == a_hi:
+                pinned.append(f"{b['name']} dim {d} (bounds {lo}..{hi}, lowered to {a_lo})")
+            elif (a_lo, a_hi) != (lo, hi) and lo <= a_lo <= a_hi <= hi:
+                narrowed.append(f"{b['name']} dim {d} (bounds {lo}..{hi}, lowered to {a_lo}..{a_hi})")
+    if pinned or narrowed:
+        parts = [f"specialised {len(pinned)} dynamic input dim(s), so the .pte accepts only one size there: "
+                 f"{'; '.join(pinned)}"] if pinned else []
+        parts += [f"narrowed the bounds of {len(narrowed)} input dim(s): {'; '.join(narrowed)}"] if narrowed else []
         warnings.warn(
-            f"{name}: ExecuTorch lowering specialised {len(lost)} dynamic input dim(s), so the .pte accepts only one "
-            f"size there: {'; '.join(lost)}",
+            f"{name}: ExecuTorch lowering {'; and '.join(parts)}",
             SpecialisationWarning,
             stacklevel=3,
         )

@@ -23,6 +23,7 @@ from engine import (
     ExecutorchConfig,
     InputError,
     MissingDependencyError,
+    SpecialisationWarning,
     get_leaf_tensors,
     run_exported,
 )
@@ -31,7 +32,12 @@ from tests.engine.tiny_models import TINY_MODELS, eager_leaves
 
 pytest.importorskip("executorch", reason="the executorch extra is not installed")
 
-from engine.exporter_executorch import META_METHOD, ExecutorchExporter, UnboundedDimWarning  # noqa: E402
+from engine.exporter_executorch import (  # noqa: E402
+    META_METHOD,
+    ExecutorchExporter,
+    UnboundedDimWarning,
+    _warn_specialised_by_lowering,
+)
 
 ATOL = RTOL = 1e-4
 #: the planned activation arena of a tiny model stays small: bounds come from the config and the sample, not a
@@ -424,3 +430,15 @@ def test_empty_of_a_symbolic_size_keeps_its_dims_dynamic(allocate):
     for x in (inputs["x"], torch.randn(3, 4, 5, 16)):
         comparison = compare_leaves(eager_leaves(model, {"x": x}), run_exported(manager, {"x": x}), atol=ATOL, rtol=RTOL)
         assert comparison.ok, str(comparison)
+
+
+def test_lowering_that_pins_or_narrows_a_dim_is_named():
+    before = {"inputs": [{"name": "input_ids", "bounds": [[0, 8], [0, 64]]}]}
+    with pytest.warns(SpecialisationWarning) as caught:
+        _warn_specialised_by_lowering("M", before, {"inputs": [{"name": "input_ids", "bounds": [[0, 2], [8, 8]]}]})
+    (message,) = [str(w.message) for w in caught]
+    assert "accepts only one size there: input_ids dim 1 (bounds 0..64, lowered to 8)" in message
+    assert "narrowed the bounds of 1 input dim(s): input_ids dim 0 (bounds 0..8, lowered to 0..2)" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_specialised_by_lowering("M", before, before)  # unchanged bounds: silent
