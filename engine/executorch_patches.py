@@ -146,13 +146,6 @@ def _dynamic_dims(val) -> int:
     return sum(1 for d in val.shape if free_symbols(d)) if isinstance(val, torch.Tensor) else 0
 
 
-def _runs_as_conv1d_with_several_dynamic_dims(node: torch.fx.Node) -> bool:
-    """A node whose input is ``[batch, channels, length]`` with two or more dynamic dims: XNNPACK would run it as
-    a conv1d, through a static reshape that allows one dynamic dim."""
-    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
-    return isinstance(val, torch.Tensor) and val.ndim == 3 and _dynamic_dims(val) > 1
-
-
 def _rejecting(original, refused):
     """A partitioner config's ``check_constraints`` that also refuses the nodes ``refused(node)`` names: the ones
     XNNPACK's serializer would fail on, so they stay on the portable kernels."""
@@ -185,40 +178,28 @@ def _patch_unsqueeze_with_several_dynamic_dims(original):
 @register_patch(
     "executorch",
     "executorch.backends.xnnpack.partition.config.gemm_configs.ConvolutionConfig.check_constraints",
-    requires=_EXECUTORCH,
-)
-def _patch_conv1d_with_several_dynamic_dims(original):
-    """Pattern: a 1-D convolution whose input has two or more dynamic dims (batch and sequence: Mamba's causal
-    ``conv1d``, audio front-ends).
-
-    XNNPACK runs a conv1d as ``unsqueeze(-1) -> conv2d -> squeeze(-1)`` (``Conv1dUnsqueezePass``, inside the
-    delegate), and that unsqueeze/squeeze pair is a static reshape limited to one dynamic dim, so lowering
-    raises ``XNNPACK reshape only supports 1 dynamic dimension``. Keep such convolutions out of the XNNPACK
-    partition; the portable ``convolution`` kernel runs them.
-    Upstream: the one-dynamic-dim limit is stated in https://github.com/pytorch/executorch/pull/2976; no issue
-    found for the partitioner admitting such convolutions (TODO).
-    """
-
-    return _rejecting(original, _runs_as_conv1d_with_several_dynamic_dims)
-
-
-@register_patch(
-    "executorch",
     "executorch.backends.xnnpack.partition.config.node_configs.BatchNormConfig.check_constraints",
     requires=_EXECUTORCH,
 )
-def _patch_batch_norm_1d_with_several_dynamic_dims(original):
-    """Pattern: ``BatchNorm1d`` over ``[batch, channels, time]`` with batch and time dynamic (the convolution module
-    of Conformer-style speech encoders: LASR, Canary, Cohere ASR, Granite Speech).
+def _patch_conv1d_with_several_dynamic_dims(original):
+    """Pattern: a node XNNPACK runs as a 1-D convolution over ``[batch, channels, length]`` with two or more of
+    those dims dynamic: a ``conv1d`` (Mamba's causal convolution, audio front-ends) or a ``BatchNorm1d``, which
+    XNNPACK rewrites into a depthwise conv1d (``DecomposeBatchNorm``; the convolution module of Conformer-style
+    speech encoders: LASR, Canary, Cohere ASR, Granite Speech).
 
-    XNNPACK claims the batch norm because it can rewrite it as a depthwise convolution (``DecomposeBatchNorm``);
-    that convolution is a conv1d, run as ``unsqueeze -> conv2d -> squeeze`` (``Conv1dUnsqueezePass``), the same
-    one-dynamic-dim static reshape as in :func:`_patch_conv1d_with_several_dynamic_dims`, so lowering raises
-    ``XNNPACK reshape only supports 1 dynamic dimension``. Keep such batch norms out of the partition; the portable
-    kernel runs them. Upstream: no issue found for the partitioner admitting them (TODO).
+    XNNPACK runs a conv1d as ``unsqueeze(-1) -> conv2d -> squeeze(-1)`` (``Conv1dUnsqueezePass``, inside the
+    delegate), and that unsqueeze/squeeze pair is a static reshape limited to one dynamic dim, so lowering
+    raises ``XNNPACK reshape only supports 1 dynamic dimension``. Keep such nodes out of the XNNPACK partition;
+    the portable kernels run them.
+    Upstream: the one-dynamic-dim limit is stated in https://github.com/pytorch/executorch/pull/2976; no issue
+    found for the partitioner admitting such nodes (TODO).
     """
 
-    return _rejecting(original, _runs_as_conv1d_with_several_dynamic_dims)
+    def runs_as_conv1d_with_several_dynamic_dims(node):
+        val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        return isinstance(val, torch.Tensor) and val.ndim == 3 and _dynamic_dims(val) > 1
+
+    return _rejecting(original, runs_as_conv1d_with_several_dynamic_dims)
 
 
 @register_patch(

@@ -513,9 +513,12 @@ def _warn_specialised_by_lowering(name: str, before: dict, after: dict) -> None:
             elif (a_lo, a_hi) != (lo, hi) and lo <= a_lo <= a_hi <= hi:
                 narrowed.append(f"{b['name']} dim {d} (bounds {lo}..{hi}, lowered to {a_lo}..{a_hi})")
     if pinned or narrowed:
-        parts = [f"specialised {len(pinned)} dynamic input dim(s), so the .pte accepts only one size there: "
-                 f"{'; '.join(pinned)}"] if pinned else []
-        parts += [f"narrowed the bounds of {len(narrowed)} input dim(s): {'; '.join(narrowed)}"] if narrowed else []
+        parts = []
+        if pinned:
+            parts.append(f"specialised {len(pinned)} dynamic input dim(s), so the .pte accepts only one size there: "
+                         f"{'; '.join(pinned)}")
+        if narrowed:
+            parts.append(f"narrowed the bounds of {len(narrowed)} input dim(s): {'; '.join(narrowed)}")
         warnings.warn(
             f"{name}: ExecuTorch lowering {'; and '.join(parts)}",
             SpecialisationWarning,
