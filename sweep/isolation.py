@@ -22,15 +22,18 @@ from typing import Any
 
 PRELOAD = ["torch", "transformers", "engine", "sweep.case", "sweep.zoo"]
 WARM_ENV = "EXPORT_SWEEP_WARM"  # read by sweep.warmup in the forkserver
+WARM_CATALOG_ENV = "EXPORT_SWEEP_WARM_CATALOG"  # "0": no case needs the class catalog (--model-module models only)
 _context: multiprocessing.context.BaseContext | None = None
 
 
-def warm_backends(backends) -> None:
-    """Start the forkserver warmed for these backends (before the first case; later calls change nothing)."""
+def warm_backends(backends, catalog: bool = True) -> None:
+    """Start the forkserver warmed for these backends, and with the class catalog unless no case needs it
+    (before the first case; later calls change nothing)."""
     from sweep.warmup import WARMABLE
 
     if _context is None:
         os.environ[WARM_ENV] = ",".join(b for b in backends if b in WARMABLE)
+        os.environ[WARM_CATALOG_ENV] = "1" if catalog else "0"
         _get_context()
 
 

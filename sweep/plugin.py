@@ -280,7 +280,7 @@ def sweep_run(request: pytest.FixtureRequest):
 
     settings: SweepSettings = request.config.stash[_SETTINGS]
 
-    warm_backends(settings.backends)
+    warm_backends(settings.backends, catalog=any(m not in settings.local_models for m in settings.models))
 
     def run(spec: dict) -> dict:
         started = time.time()

@@ -26,8 +26,9 @@ def smoke_set() -> tuple[str, ...]:
     return tuple(entry["class"] for entry in yaml.safe_load(SMOKE_FILE.read_text()))
 
 
-def named_sets() -> dict[str, tuple[str, ...]]:
-    return {"smoke": smoke_set(), "all": tuple(catalog.all_classes())}
+#: named sets, computed only when named: the catalog imports ~20 model modules (seconds), which a sweep of
+#: ``--model-module`` models alone never needs
+NAMED_SETS = {"smoke": smoke_set, "all": lambda: tuple(catalog.all_classes())}
 
 
 @functools.cache
@@ -67,11 +68,10 @@ def _tokens(spec: str) -> list[str]:
 def resolve_models(spec: str, extra: dict | None = None) -> list[str]:
     """``extra``: names provided by ``--model-module`` modules, selectable by name or glob."""
     extra = extra or {}
-    sets = named_sets()
     chosen: set[str] = set()
     for token in _tokens(spec):
-        if token in sets:
-            chosen.update(sets[token])
+        if token in NAMED_SETS:
+            chosen.update(NAMED_SETS[token]())
         elif any(ch in token for ch in "*?["):
             matched = fnmatch.filter([*catalog.all_classes(), *extra], token)
             if not matched:
@@ -82,7 +82,7 @@ def resolve_models(spec: str, extra: dict | None = None) -> list[str]:
         else:
             close = difflib.get_close_matches(token, sorted(_catalog()), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise SelectionError(f"--models {token!r} is not a model class, a glob, an @file or one of {sorted(sets)}{hint}")
+            raise SelectionError(f"--models {token!r} is not a model class, a glob, an @file or one of {sorted(NAMED_SETS)}{hint}")
     if not chosen:
         raise SelectionError(f"--models {spec!r} selects no model class")
     return sorted(chosen)

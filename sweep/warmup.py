@@ -21,7 +21,7 @@ import sys
 import time
 import warnings
 
-from sweep.isolation import WARM_ENV
+from sweep.isolation import WARM_CATALOG_ENV, WARM_ENV
 
 WARMABLE = ("dynamo", "onnx", "executorch")
 
@@ -87,5 +87,6 @@ def warm_catalog() -> None:
 
 
 if WARM_ENV in os.environ:
-    warm_catalog()
+    if os.environ.get(WARM_CATALOG_ENV) != "0":
+        warm_catalog()
     warm([b for b in os.environ[WARM_ENV].split(",") if b])

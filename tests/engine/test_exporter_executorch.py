@@ -425,9 +425,10 @@ class _KeysFromTwoHalves(torch.nn.Module):
     lambda x: torch.empty_like(torch.cat([x, x], dim=-1)),  # empty_permuted, not in core ATen, failed to lower
 ], ids=["new_empty", "empty_like"])
 def test_empty_of_a_symbolic_size_keeps_its_dims_dynamic(allocate):
-    model, inputs = _KeysFromTwoHalves(allocate), {"x": torch.randn(2, 4, 8, 16)}
+    # [batch, length, dim]: two dynamic dims keep the planned arena small (four made it 3 GiB, 30 s a test)
+    model, inputs = _KeysFromTwoHalves(allocate), {"x": torch.randn(2, 8, 16)}
     manager = ExecutorchExporter().export(model, inputs, config={"dynamic": True})
-    for x in (inputs["x"], torch.randn(3, 4, 5, 16)):
+    for x in (inputs["x"], torch.randn(3, 5, 16)):
         comparison = compare_leaves(eager_leaves(model, {"x": x}), run_exported(manager, {"x": x}), atol=ATOL, rtol=RTOL)
         assert comparison.ok, str(comparison)
 

@@ -1,4 +1,7 @@
-"""The export-sweep command: help, named errors, corrupt lines, matrix rebuild, merge (= a single run)."""
+"""The export-sweep command: help, named errors, corrupt lines, matrix rebuild, merge.
+
+(Merged shards equal a single run: ``tests/sweep/test_plugin.py``, which runs the shards.)
+"""
 
 from __future__ import annotations
 
@@ -10,9 +13,6 @@ import pytest
 
 from sweep.cli import main
 from sweep.results import append_row
-from tests.sweep.test_plugin import LOCAL_MODELS, sweep  # noqa: F401  (the pytester sweep fixture)
-
-pytest_plugins = ["pytester"]
 
 
 def cli(*args, cwd=None):
@@ -85,30 +85,3 @@ def test_merge_joins_row_files_one_row_per_case(tmp_path, capsys):
     merged = [json.loads(x) for x in (tmp_path / "all" / "results.jsonl").read_text().splitlines()]
     assert [(r["model"], r["status"]) for r in merged] == [("A", "pass"), ("B", "pass")]
     assert json.loads((tmp_path / "all" / "matrix.json").read_text())["counts"]["onnx-static"]["pass"] == 2
-
-
-def _cells(matrix_path):
-    matrix = json.loads(matrix_path.read_text())
-    return {(m, col): (c["status"], c["stage"], c["category"]) for m, cols in matrix["models"].items()
-            for col, c in cols.items()}
-
-
-def test_shards_merged_equal_a_single_run(sweep, pytester):  # noqa: F811
-    args = ("--models=GoodModel,OtherGoodModel,DriftModel,AbortModel", "--backend=eager,dynamo")
-    single = sweep(*args, f"--report-dir={pytester.path / 'single'}")
-    single.assert_outcomes(passed=5, failed=3)
-    ran = []
-    for i in (1, 2):
-        part = sweep(*args, f"--shard={i}/2", f"--report-dir={pytester.path / f'shard{i}'}")
-        outcomes = part.parseoutcomes()
-        ran.append(outcomes.get("passed", 0) + outcomes.get("failed", 0))
-        assert outcomes.get("deselected", 0) == 8 - ran[-1]
-    assert sorted(ran) != [0, 8] and sum(ran) == 8  # both shards did some work, together all of it
-    assert main(["merge", str(pytester.path / "shard1"), str(pytester.path / "shard2"),
-                 "--out", str(pytester.path / "merged")]) == 0
-    assert _cells(pytester.path / "merged" / "matrix.json") == _cells(pytester.path / "single" / "matrix.json")
-    shard_rows = [json.loads(x) for x in (pytester.path / "shard1" / "results.jsonl").read_text().splitlines()]
-    assert {r["shard"] for r in shard_rows} == {"1/2"}
-    bad = sweep(*args, "--shard=3/2", "--collect-only")
-    assert bad.ret == pytest.ExitCode.USAGE_ERROR
-    bad.stderr.fnmatch_lines(["*--shard 3/2: need 1 <= i <= n*"])

@@ -7,6 +7,8 @@ import textwrap
 
 import pytest
 
+from sweep.cli import main
+
 pytest_plugins = ["pytester"]
 
 LOCAL_MODELS = '''
@@ -55,8 +57,8 @@ def sweep(pytester):
     return run
 
 
-def rows(pytester):
-    path = pytester.path / "reports" / "results.jsonl"
+def rows(pytester, report_dir="reports"):
+    path = pytester.path / report_dir / "results.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
@@ -101,7 +103,7 @@ def test_invalid_skiplist_stops_the_run_naming_file_and_line(sweep, pytester):
 
 
 def test_crash_and_hang_are_results_and_the_sweep_goes_on(sweep, pytester):
-    result = sweep("--models=AbortModel,HangModel,GoodModel,DriftModel", "--backend=dynamo", "--case-timeout=20")
+    result = sweep("--models=AbortModel,HangModel,GoodModel,DriftModel", "--backend=dynamo", "--case-timeout=10")
     by_model = {r["model"]: r for r in rows(pytester)}
     assert by_model["AbortModel"]["status"] == "crash" and by_model["AbortModel"]["stage"] == "eager"
     assert "SIGABRT" in by_model["AbortModel"]["error"]
@@ -132,14 +134,37 @@ def test_skiplisted_cases_skip_and_run_skipped_reports_stale_entries(sweep, pyte
     result.stdout.fnmatch_lines(["*stale skiplist entries (the case now passes): 1*", "*pretend it cannot export*"])
 
 
-def test_xdist_run_equals_serial_run(sweep, pytester):
-    models = "--models=GoodModel,OtherGoodModel,DriftModel"
-    sweep(models, "--backend=eager,dynamo")
-    serial = sorted((r["case_id"], r["status"], r["stage"]) for r in rows(pytester))
-    sweep(models, "--backend=eager,dynamo", "-n", "2")
-    parallel = rows(pytester)
-    assert sorted((r["case_id"], r["status"], r["stage"]) for r in parallel) == serial
-    assert {r["worker"] for r in parallel} <= {"gw0", "gw1"}
+def _cells(matrix_path):
+    matrix = json.loads(matrix_path.read_text())
+    return {(m, col): (c["status"], c["stage"], c["category"]) for m, cols in matrix["models"].items()
+            for col, c in cols.items()}
+
+
+def test_xdist_run_and_merged_shards_equal_a_serial_run(sweep, pytester):
+    args = ("--models=GoodModel,OtherGoodModel,DriftModel,AbortModel", "--backend=eager,dynamo")
+    serial = sweep(*args, f"--report-dir={pytester.path / 'serial'}")
+    serial.assert_outcomes(passed=5, failed=3)
+    serial_cells = _cells(pytester.path / "serial" / "matrix.json")
+
+    parallel = sweep(*args, "-n", "2", f"--report-dir={pytester.path / 'parallel'}")
+    assert _cells(pytester.path / "parallel" / "matrix.json") == serial_cells
+    assert {r["worker"] for r in rows(pytester, "parallel")} <= {"gw0", "gw1"}
+    parallel.stdout.fnmatch_lines(["*export-sweep summary*"])  # the controller summarises the workers' rows
+
+    ran = []
+    for i in (1, 2):
+        part = sweep(*args, f"--shard={i}/2", f"--report-dir={pytester.path / f'shard{i}'}")
+        outcomes = part.parseoutcomes()
+        ran.append(outcomes.get("passed", 0) + outcomes.get("failed", 0))
+        assert outcomes.get("deselected", 0) == 8 - ran[-1]
+    assert sorted(ran) != [0, 8] and sum(ran) == 8  # both shards did some work, together all of it
+    assert main(["merge", str(pytester.path / "shard1"), str(pytester.path / "shard2"),
+                 "--out", str(pytester.path / "merged")]) == 0
+    assert _cells(pytester.path / "merged" / "matrix.json") == serial_cells
+    assert {r["shard"] for r in rows(pytester, "shard1")} == {"1/2"}
+    bad = sweep(*args, "--shard=3/2", "--collect-only")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--shard 3/2: need 1 <= i <= n*"])
 
 
 def test_generate_adds_a_case_per_generative_class_and_backend(sweep, pytester):
