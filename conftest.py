@@ -13,26 +13,3 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # xdist workers share two cores
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
-
-
-# ─── Slow tests first ──────────────────────────────────────────────────────────────────────────
-#: the unit tests that take half a minute or more (their pattern, slowest kinds first): xdist hands tests out in
-#: collection order, and one of these started last keeps one worker busy minutes after the other has finished
-SLOW_FIRST = (
-    "tests/engine/test_generate.py::test_generation_matches_eager_greedy[[]*-executorch[]]",
-    "tests/engine/test_exporter_executorch.py::test_dynamic_pte_matches_eager[[]*",
-    "tests/sweep/test_plugin.py::*",
-    "tests/sweep/test_results.py::test_resume*",
-    "tests/engine/test_generate.py::test_generation_matches_eager_greedy[[]*-onnx[]]",
-    "tests/engine/test_exporter_onnx.py::test_dynamic_export_runs_in_onnxruntime_at_another_shape[[]*",
-    "tests/engine/test_generate.py::test_generation_matches_eager_greedy[[]*",
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    import fnmatch
-
-    def rank(item) -> int:
-        return next((i for i, pattern in enumerate(SLOW_FIRST) if fnmatch.fnmatchcase(item.nodeid, pattern)), len(SLOW_FIRST))
-
-    items.sort(key=rank)  # stable: the rest keep their order, and the sweep's own cases are untouched
