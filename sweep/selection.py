@@ -28,7 +28,7 @@ def smoke_set() -> tuple[str, ...]:
 
 #: named sets, computed only when named: the catalog imports ~20 model modules (seconds), which a sweep of
 #: ``--model-module`` models alone never needs
-NAMED_SETS = {"smoke": smoke_set, "all": lambda: tuple(catalog.all_classes())}
+NAMED_SETS = {"smoke": smoke_set, "all": catalog.all_classes}
 
 
 @functools.cache
