@@ -41,6 +41,41 @@ def _patch_sdpa_output_layout(original):
     return scaled_dot_product_attention
 
 
+def _triple(value) -> tuple[int, int, int]:
+    return tuple(value) * (3 // len(value)) if isinstance(value, (tuple, list)) else (value,) * 3
+
+
+@register_patch("executorch", "torch.nn.functional.conv3d")
+def _patch_conv3d_as_conv2d_over_time(original):
+    """Pattern: a 3-D convolution whose temporal kernel equals its temporal stride, with no temporal padding or
+    dilation: the tubelet/patch embedding of video models (VideoMAE, ViViT, V-JEPA 2, VideoPrism).
+
+    ExecuTorch has no 5-D convolution: XNNPACK does not take it, and the portable kernel's argument check
+    (``check_convolution_args``: "Expect input tensor to be 3-D or 4-D") fails the loaded method at run time with
+    error 0x12. Time windows that do not overlap are independent 2-D convolutions, so the input's time axis is
+    folded into the batch (``[N, C, T, H, W]`` -> ``[N * T/kt, C * kt, H, W]``) and the weight's temporal taps into
+    its input channels; the ``conv2d`` is delegated to XNNPACK. Any other 3-D convolution (overlapping or padded
+    in time, string padding) goes to the original. Upstream: no issue found for 5-D convolution in ExecuTorch's
+    portable kernels (TODO: ask for ``conv3d`` there or in XNNPACK's partitioner).
+    """
+
+    def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        if isinstance(padding, str) or input.dim() != 5:
+            return original(input, weight, bias, stride, padding, dilation, groups)
+        (st, sh, sw), (pt, ph, pw), (dt, dh, dw) = _triple(stride), _triple(padding), _triple(dilation)
+        kt = weight.shape[2]
+        if st != kt or pt != 0 or (dt != 1 and kt != 1):
+            return original(input, weight, bias, stride, padding, dilation, groups)
+        n, c, t, h, w = input.shape
+        windows = t // kt
+        x = input.narrow(2, 0, windows * kt).reshape(n, c, windows, kt, h, w)
+        x = x.permute(0, 2, 1, 3, 4, 5).reshape(n * windows, c * kt, h, w)
+        y = torch.nn.functional.conv2d(x, weight.flatten(1, 2), bias, (sh, sw), (ph, pw), (dh, dw), groups)
+        return y.reshape(n, windows, *y.shape[1:]).permute(0, 2, 1, 3, 4)
+
+    return conv3d
+
+
 # ── Stage 3: ExecuTorch patches ───────────────────────────────────────────────────────────────────
 # ExecuTorch internals that crash on legitimate dynamic-shape patterns, swapped during lowering.
 
