@@ -7,6 +7,7 @@ pattern and the upstream issue. Imported by ``ExecutorchExporter.export``.
 from __future__ import annotations
 
 import math
+import operator
 import types
 
 import numpy as np
@@ -579,9 +580,61 @@ def _fix_symbolic_empty_as_zeros(gm: torch.fx.GraphModule, node: torch.fx.Node) 
     if node.kwargs.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
         return False
     kwargs = {k: v for k, v in node.kwargs.items() if k != "memory_format"}
+    return _replace_node(gm, node, zeroed, node.args, kwargs)
+
+
+def _replace_node(gm: torch.fx.GraphModule, node: torch.fx.Node, target, args, kwargs) -> bool:
+    """Put a call of ``target`` where ``node`` is (same outputs, so same ``meta``) and drop ``node``."""
     with gm.graph.inserting_before(node):
-        replacement = gm.graph.call_function(zeroed, node.args, kwargs)
+        replacement = gm.graph.call_function(target, tuple(args), kwargs)
     replacement.meta.update(node.meta)
     node.replace_all_uses_with(replacement)
+    gm.graph.erase_node(node)
+    return True
+
+
+_SORTS = (torch.ops.aten.sort.default, torch.ops.aten.sort.stable)
+_ARGSORTS = (torch.ops.aten.argsort.default, torch.ops.aten.argsort.stable)
+
+
+@register_fx_node_fix("executorch")
+def _fix_sort_as_topk(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make ``torch.sort(x, dim, descending)`` (and ``torch.argsort``) a ``torch.topk(x, x.shape[dim], dim,
+    largest=descending)``.
+
+    Pattern: JetMoE sorts its routed expert ids to group tokens by expert; SAM-HQ sorts point scores. The
+    ExecuTorch runtime's portable kernels have no ``sort`` (``kernel 'aten::sort.values' not found``: the method
+    fails to load with 0x14), but have ``topk``, which with ``k`` the whole dim and ``sorted=True`` returns the same
+    values and indices (for tied values an unstable sort may order the indices either way, as ``sort`` itself
+    may). A stable sort (``stable=True``) keeps its ``sort``: ``topk`` does not promise the order of ties.
+    Upstream: no issue found for a portable ``sort`` kernel in ExecuTorch (TODO).
+    """
+    if node.op != "call_function" or node.target not in (*_SORTS, *_ARGSORTS) or node.kwargs.get("stable"):
+        return False
+    source = node.args[0]
+    src_val, val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None, node.meta.get("val")
+    if not isinstance(src_val, torch.Tensor) or src_val.dim() == 0:
+        return False
+    # sort/argsort.default(self, dim=-1, descending=False); .stable(self, *, stable, dim=-1, descending=False)
+    positional = node.args[1:] if node.target in (torch.ops.aten.sort.default, torch.ops.aten.argsort.default) else ()
+    dim = positional[0] if len(positional) > 0 else node.kwargs.get("dim", -1)
+    descending = positional[1] if len(positional) > 1 else node.kwargs.get("descending", False)
+    length = src_val.shape[dim]
+    with gm.graph.inserting_before(node):
+        if free_symbols(length):
+            k = gm.graph.call_function(torch.ops.aten.sym_size.int, (source, dim % src_val.dim()))
+            k.meta["val"] = length
+        else:
+            k = int(length)
+        topk = gm.graph.call_function(torch.ops.aten.topk.default, (source, k, dim, bool(descending), True))
+    if node.target in _SORTS:
+        topk.meta.update(node.meta)
+        node.replace_all_uses_with(topk)
+    else:  # argsort: the indices of topk
+        topk.meta.update({**node.meta, "val": (src_val, val)})
+        with gm.graph.inserting_after(topk):
+            indices = gm.graph.call_function(operator.getitem, (topk, 1))
+        indices.meta.update(node.meta)
+        node.replace_all_uses_with(indices)
     gm.graph.erase_node(node)
     return True
