@@ -612,7 +612,7 @@ def _fix_sort_as_topk(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     if node.op != "call_function" or node.target not in (*_SORTS, *_ARGSORTS) or node.kwargs.get("stable"):
         return False
     source = node.args[0]
-    src_val, val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None, node.meta.get("val")
+    src_val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
     if not isinstance(src_val, torch.Tensor) or src_val.dim() == 0:
         return False
     # sort/argsort.default(self, dim=-1, descending=False); .stable(self, *, stable, dim=-1, descending=False)
@@ -626,15 +626,11 @@ def _fix_sort_as_topk(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
             k.meta["val"] = length
         else:
             k = int(length)
-        topk = gm.graph.call_function(torch.ops.aten.topk.default, (source, k, dim, bool(descending), True))
-    if node.target in _SORTS:
-        topk.meta.update(node.meta)
-        node.replace_all_uses_with(topk)
-    else:  # argsort: the indices of topk
-        topk.meta.update({**node.meta, "val": (src_val, val)})
-        with gm.graph.inserting_after(topk):
-            indices = gm.graph.call_function(operator.getitem, (topk, 1))
-        indices.meta.update(node.meta)
-        node.replace_all_uses_with(indices)
-    gm.graph.erase_node(node)
-    return True
+    topk_args = (source, k, dim, bool(descending), True)
+    if node.target in _SORTS:  # same (values, indices) outputs
+        return _replace_node(gm, node, torch.ops.aten.topk.default, topk_args, {})
+    # argsort: the indices of topk
+    with gm.graph.inserting_before(node):
+        topk = gm.graph.call_function(torch.ops.aten.topk.default, topk_args)
+    topk.meta.update({**node.meta, "val": (src_val, node.meta.get("val"))})
+    return _replace_node(gm, node, operator.getitem, (topk, 1), {})
