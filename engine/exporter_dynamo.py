@@ -66,7 +66,7 @@ class DynamoExporter:
         ``prefill`` entry is that same artifact and file.
         """
         from engine.decompose import decompose_for_generation
-        from engine.generate import GenerationComponents
+        from engine.generation import GenerationComponents
 
         import engine.generation_patches  # noqa: F401  (registers the "generation" patches)
 

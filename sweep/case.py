@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 
-from engine.program_io import load_program, save_program
 
 STAGES = ("build", "eager", "export", "save", "load", "run", "compare")
 EXPORT_FORMATS = {"dynamo": "dynamo", "onnx": "onnx", "executorch": "executorch"}
@@ -97,6 +96,8 @@ def _config(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _save_and_load(backend: str, artifact: Any, workdir: Path, enter: Callable[[str], None]) -> Any:
     """Write the artifact to disk and return what the runtime loads it from (a path, or a loaded program)."""
+    from engine.program_io import load_program, save_program
+
     path = workdir / f"model{_ARTIFACT_SUFFIX[backend]}"
     enter("save")
     if backend == "dynamo":

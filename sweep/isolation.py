@@ -20,7 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-PRELOAD = ["torch", "transformers", "engine", "sweep.case", "sweep.zoo"]
+# engine's package init is lazy: name the modules a case runs, so that the forkserver imports them once
+PRELOAD = ["torch", "transformers", "engine.exporter_dynamo", "engine.generation", "engine.program_io", "sweep.case",
+           "sweep.zoo"]
 WARM_ENV = "EXPORT_SWEEP_WARM"  # read by sweep.warmup in the forkserver
 WARM_CATALOG_ENV = "EXPORT_SWEEP_WARM_CATALOG"  # "0": no case needs the class catalog (--model-module models only)
 _context: multiprocessing.context.BaseContext | None = None
