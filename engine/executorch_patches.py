@@ -548,6 +548,48 @@ def _patch_spec_prop_reuses_the_dim_order_retrace(original):
     return edge_to_executorch_passes
 
 
+@register_patch("executorch", "torch.export.exported_program._convert_guards_to_code", requires={"torch": ">=2.11,<2.14"})
+def _patch_guards_printed_once_per_shape_env(original):
+    """Pattern: every ``ExportedProgram`` constructor prints all the guards of its shape env as Python source
+    (``_convert_guards_to_code``, a sympy printer per guard). Lowering builds a new ExportedProgram after most
+    passes and for every delegated partition, all over one shape env whose guard list only grows, so the same
+    guards are printed again and again: a tiny Mamba2 (many guards from its chunk padding) built 117 programs and
+    spent 19 of its 158 profiled CPU s printing.
+
+    This keeps each guard's text on the shape env and prints only new guards. A guard's text depends on its
+    expression and on the first source of each of its symbols, neither of which changes, and the original's two
+    filters (symbols that all have non-constant sources; no guard on ``L['self']``) run every time, so the list is
+    the one the original returns (``.pte`` bytes unchanged: ``bench/bench_executorch.py --check-identical``).
+    TODO(upstream): no torch issue found; the constructor could print lazily, as few callers read ``_guards_code``.
+    """
+    from torch._dynamo.source import ConstantSource
+    from torch.export.exported_program import _get_shape_env
+    from torch.fx.experimental.symbolic_shapes import ShapeGuardPythonPrinter
+
+    def convert_guards_to_code(graph_module):
+        shape_env = _get_shape_env(graph_module)
+        if shape_env is None:
+            return []
+        local_vars = {var for var, sources in shape_env.var_to_sources.items()
+                      if all(not isinstance(source, ConstantSource) for source in sources)}
+        printed = shape_env.__dict__.setdefault("_export_sweep_guard_code", {})  # id(guard) -> (guard, text)
+        printer = None
+        code = []
+        for guard in shape_env.guards:
+            if not guard.expr.free_symbols.issubset(local_vars):
+                continue
+            known = printed.get(id(guard))
+            if known is None or known[0] is not guard:
+                if printer is None:
+                    printer = ShapeGuardPythonPrinter(shape_env.var_to_sources, lambda s: s.name,
+                                                      shape_env.var_to_sources)
+                known = printed[id(guard)] = (guard, printer.doprint(guard.expr))
+            code.append(known[1])
+        return [text for text in code if "L['self']" not in text]
+
+    return convert_guards_to_code
+
+
 # ── Stage 5: FX node fixes ────────────────────────────────────────────────────────────────────────
 
 #: uninitialised allocations and their zero-filled twins (same arguments, no ``memory_format``)

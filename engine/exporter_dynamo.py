@@ -187,6 +187,19 @@ def program_fake_mode(program: torch.export.ExportedProgram):
     return None
 
 
+@contextlib.contextmanager
+def fake_dispatch_cache_off_while_decomposing(program: torch.export.ExportedProgram):
+    """A context in which the program's fake mode runs without its dispatch cache, for a decomposition retrace
+    (new symbolic shapes miss the cache, as in the trace), and then with the cache the process is configured with."""
+    fake_mode = program_fake_mode(program)
+    if fake_mode is not None and not fake_mode.propagate_real_tensors:
+        fake_mode.cache_enabled = False
+    try:
+        yield
+    finally:
+        restore_fake_dispatch_cache(program)
+
+
 def restore_fake_dispatch_cache(program: torch.export.ExportedProgram) -> None:
     """Give the program's fake mode the dispatch cache the process is configured with, for what comes after the
     trace (decomposition, lowering passes)."""
