@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.peer import peer_exporter  # noqa: E402
 from sweep.case import run_case  # noqa: E402
 from sweep.categories import categorize, first_line  # noqa: E402
-from sweep.isolation import run_isolated  # noqa: E402
+from sweep.isolation import run_isolated, warm_backends  # noqa: E402
 from sweep.results import append_row, case_id, read_rows  # noqa: E402
 from sweep.selection import resolve_models  # noqa: E402
 from sweep.shard import parse_shard, shard_of  # noqa: E402
@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     models = [m for m in models if m in ours]
     done = {r["model"]: r for r in read_rows(args.out) if r["backend"] == backend} if args.out.is_file() else {}
     print(f"{len(models)} classes with a row of ours; {len(done)} already measured for the peer", flush=True)
+    # the forkserver the sweep gives our cases: the backend's stack imported and torch.export's first-use costs
+    # paid once (the warm-up exports a tiny module), so no peer case pays them either
+    warm_backends([backend])
     for i, model in enumerate(models, 1):
         if model in done:
             continue
