@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 
-
 STAGES = ("build", "eager", "export", "save", "load", "run", "compare")
 EXPORT_FORMATS = {"dynamo": "dynamo", "onnx": "onnx", "executorch": "executorch"}
 _ARTIFACT_SUFFIX = {"dynamo": ".pt2", "onnx": ".onnx", "executorch": ".pte"}
