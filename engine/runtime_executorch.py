@@ -88,12 +88,37 @@ def check_inputs(meta: dict, inputs: dict[str, Any]) -> list[torch.Tensor]:
     return flat
 
 
+def missing_kernels(artifact: Any) -> list[str]:
+    """The operators the program calls outside its delegates for which this runtime registered no kernel: what
+    makes ``load_method`` fail with 0x14 (OperatorMissing), which names none of them (only a native log line does)."""
+    from executorch.extension.pybindings.portable_lib import _get_operator_names
+
+    if isinstance(artifact, (str, os.PathLike)):
+        from executorch.exir._serialize._program import deserialize_pte_binary
+
+        with open(artifact, "rb") as f:
+            plans = deserialize_pte_binary(f.read()).program.execution_plan
+    else:
+        plans = artifact.executorch_program.execution_plan
+    registered = set(_get_operator_names())
+    called = {f"{op.name}.{op.overload}" if op.overload else op.name for plan in plans for op in plan.operators}
+    return sorted(called - registered)
+
+
 @register_runner(_is_executorch_artifact)
 def run_executorch(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     program, meta = load_program(artifact)
     flat = check_inputs(meta, inputs)
     try:
-        outputs = program.load_method("forward").execute(flat)
+        method = program.load_method("forward")
+    except Exception as e:
+        missing = missing_kernels(artifact)
+        if missing:
+            e = RuntimeError(f"the ExecuTorch runtime has no kernel for {', '.join(missing)}, which the program calls "
+                             f"outside its delegates ({str(e).strip()})")
+        raise ExportStageError("run", meta.get("model", "program"), e) from e
+    try:
+        outputs = method.execute(flat)
     except Exception as e:
         raise ExportStageError("run", meta.get("model", "program"), e) from e
     names = meta["outputs"]

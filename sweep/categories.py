@@ -132,6 +132,8 @@ _RULES: list[tuple[re.Pattern, Any]] = [
      lambda m: f"executorch: no out variant for {_op(m.group(1))}"),
     # torch.export's verifier on load, or ExecuTorch's edge-dialect verifier: the same error type
     (re.compile(r"SpecViolationError"), "verifier: the program violates its dialect's spec (SpecViolationError)"),
+    (re.compile(r"ExecuTorch runtime has no kernel for ([\w:.]+)"),
+     lambda m: f"executorch runtime: no kernel for {m.group(1)}"),
     (re.compile(r"(?:Failed to execute|method->execute\(\)|execute\(\) failed|load_method).*?(?:error|Error)"
                 r"(?: code)?:? *(0x[0-9a-fA-F]+|\d+)", re.S),
      lambda m: f"executorch runtime: error {m.group(1)}"),

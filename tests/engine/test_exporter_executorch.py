@@ -21,6 +21,7 @@ from engine import (
     AutoExporter,
     ConfigError,
     ExecutorchConfig,
+    ExportStageError,
     InputError,
     MissingDependencyError,
     SpecialisationWarning,
@@ -230,8 +231,6 @@ def test_missing_executorch_names_the_extra(monkeypatch):
 
 
 def test_pte_path_that_does_not_exist(tmp_path):
-    from engine import ExportStageError
-
     with pytest.raises(ExportStageError, match="stage 'load' failed.*no such .pte file"):
         run_exported(tmp_path / "missing.pte", {"x": torch.randn(2, 4)})
 
@@ -481,6 +480,26 @@ def test_sort_runs_as_topk():
         case = {"scores": scores, "ids": torch.randperm(scores.numel()).reshape(scores.shape)}
         comparison = compare_leaves(eager_leaves(model, case), run_exported(manager, case), atol=ATOL, rtol=RTOL)
         assert comparison.ok, str(comparison)
+
+
+class _SegmentMeans(torch.nn.Module):
+    """TAPAS's segment reduction: ``scatter_reduce`` with ``include_self=False``."""
+
+    def forward(self, values, segments):
+        out = torch.zeros(4, dtype=values.dtype)
+        return out.scatter_reduce(0, segments, values, reduce="mean", include_self=False)
+
+
+@pytest.mark.parametrize("saved", [False, True], ids=["manager", "pte"])
+def test_a_kernel_missing_from_the_runtime_is_named(saved, tmp_path):
+    # the portable library has no scatter_reduce (https://github.com/pytorch/executorch/issues/11330): loading the
+    # method fails with 0x14 and names no operator, so the error lists what the runtime lacks
+    inputs = {"values": torch.randn(6), "segments": torch.tensor([0, 1, 1, 2, 0, 3])}
+    artifact = ExecutorchExporter().export(_SegmentMeans(), inputs, config={"dynamic": False})
+    if saved:
+        artifact = ExecutorchExporter.save(artifact, tmp_path / "segments.pte")
+    with pytest.raises(ExportStageError, match=r"stage 'run' .*no kernel for aten::scatter_reduce\.two_out, which"):
+        run_exported(artifact, inputs)
 
 
 def test_lowering_that_pins_or_narrows_a_dim_is_named():

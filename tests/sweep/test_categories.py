@@ -73,6 +73,10 @@ REALISTIC = [
           stage="load"), "verifier: the program violates its dialect's spec (SpecViolationError)"),
     (fail("RuntimeError", "RuntimeError: method->execute() failed with error 0x12", stage="run"),
      "executorch runtime: error 0x12"),
+    (fail("ExportStageError", "ExportStageError: stage 'run' failed for TapasModel: RuntimeError: the ExecuTorch runtime "
+          "has no kernel for aten::scatter_reduce.two_out, which the program calls outside its delegates (Failed to "
+          "load method forward, error: 0x:14)", stage="run"),
+     "executorch runtime: no kernel for aten::scatter_reduce.two_out"),
     (fail("forward_error", "ASTForAudioClassification: forward_error: IndexError: Dimension out of range (expected to "
           "be in range of [-3, 2], but got 3)", stage="build", model="ASTForAudioClassification"),
      "build (forward error): IndexError: Dimension out of range (expected to be in range of […], but got N)"),
