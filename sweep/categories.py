@@ -134,6 +134,9 @@ _RULES: list[tuple[re.Pattern, Any]] = [
     (re.compile(r"SpecViolationError"), "verifier: the program violates its dialect's spec (SpecViolationError)"),
     (re.compile(r"ExecuTorch runtime has no kernel for ([\w:.]+)"),
      lambda m: f"executorch runtime: no kernel for {m.group(1)}"),
+    # the pybindings print the code as "0x:14"
+    (re.compile(r"Failed to load method \w+, error: 0x:?([0-9a-fA-F]+)"),
+     lambda m: f"executorch runtime: loading the method failed with 0x{m.group(1)}"),
     (re.compile(r"(?:Failed to execute|method->execute\(\)|execute\(\) failed|load_method).*?(?:error|Error)"
                 r"(?: code)?:? *(0x[0-9a-fA-F]+|\d+)", re.S),
      lambda m: f"executorch runtime: error {m.group(1)}"),

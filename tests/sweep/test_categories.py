@@ -77,6 +77,8 @@ REALISTIC = [
           "has no kernel for aten::scatter_reduce.two_out, which the program calls outside its delegates (Failed to "
           "load method forward, error: 0x:14)", stage="run"),
      "executorch runtime: no kernel for aten::scatter_reduce.two_out"),
+    (fail("RuntimeError", "RuntimeError: Failed to load method forward, error: 0x:21", stage="run"),
+     "executorch runtime: loading the method failed with 0x21"),
     (fail("forward_error", "ASTForAudioClassification: forward_error: IndexError: Dimension out of range (expected to "
           "be in range of [-3, 2], but got 3)", stage="build", model="ASTForAudioClassification"),
      "build (forward error): IndexError: Dimension out of range (expected to be in range of […], but got N)"),
