@@ -109,6 +109,7 @@ def missing_kernels(artifact: Any) -> list[str]:
 def run_executorch(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     program, meta = load_program(artifact)
     flat = check_inputs(meta, inputs)
+    model = meta.get("model", "program")
     try:
         method = program.load_method("forward")
     except Exception as e:
@@ -116,15 +117,13 @@ def run_executorch(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Ten
         if missing:
             e = RuntimeError(f"the ExecuTorch runtime has no kernel for {', '.join(missing)}, which the program calls "
                              f"outside its delegates ({str(e).strip()})")
-        raise ExportStageError("run", meta.get("model", "program"), e) from e
+        raise ExportStageError("run", model, e) from e
     try:
         outputs = method.execute(flat)
     except Exception as e:
-        raise ExportStageError("run", meta.get("model", "program"), e) from e
+        raise ExportStageError("run", model, e) from e
     names = meta["outputs"]
     outputs = list(outputs)[meta.get("mutated_inputs", 0):]  # the updated inputs precede the outputs
     if len(outputs) != len(names):
-        raise ExportStageError(
-            "run", meta.get("model", "program"), RuntimeError(f"{len(outputs)} outputs for {len(names)} output names")
-        )
+        raise ExportStageError("run", model, RuntimeError(f"{len(outputs)} outputs for {len(names)} output names"))
     return {name: out for name, out in zip(names, outputs) if name is not None}

@@ -490,12 +490,21 @@ class _SegmentMeans(torch.nn.Module):
         return out.scatter_reduce(0, segments, values, reduce="mean", include_self=False)
 
 
+_SEGMENT_INPUTS = {"values": torch.randn(6), "segments": torch.tensor([0, 1, 1, 2, 0, 3])}
+
+
+@functools.cache
+def _segment_means_manager():
+    """One export for both parametrizations (the manager, and the .pte saved from it)."""
+    return ExecutorchExporter().export(_SegmentMeans(), _SEGMENT_INPUTS, config={"dynamic": False})
+
+
 @pytest.mark.parametrize("saved", [False, True], ids=["manager", "pte"])
 def test_a_kernel_missing_from_the_runtime_is_named(saved, tmp_path):
     # the portable library has no scatter_reduce (https://github.com/pytorch/executorch/issues/11330): loading the
     # method fails with 0x14 and names no operator, so the error lists what the runtime lacks
-    inputs = {"values": torch.randn(6), "segments": torch.tensor([0, 1, 1, 2, 0, 3])}
-    artifact = ExecutorchExporter().export(_SegmentMeans(), inputs, config={"dynamic": False})
+    inputs = _SEGMENT_INPUTS
+    artifact = _segment_means_manager()
     if saved:
         artifact = ExecutorchExporter.save(artifact, tmp_path / "segments.pte")
     with pytest.raises(ExportStageError, match=r"stage 'run' .*no kernel for aten::scatter_reduce\.two_out, which"):
