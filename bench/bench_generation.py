@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine import AutoExporter  # noqa: E402
 from bench.peer import peer_exporter  # noqa: E402
-from tests.engine.test_generate import MODELS, generation_inputs  # noqa: E402
+from tests.engine.test_generation import MODELS, generation_inputs  # noqa: E402
 
 
 def ours(backend, model, inputs):
