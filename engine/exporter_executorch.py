@@ -358,10 +358,13 @@ class DimLimits:
 
 
 def _dim_role(val: torch.Tensor, dim: int) -> str:
-    """Dim 0 is the batch; the spatial dims of a floating 4-D input are image dims; the rest are lengths."""
+    """Dim 0 is the batch; the last two dims of a floating input of 4 or more dims are image dims (the height and
+    width of images, ``[B, C, H, W]``, and of video frames, ``[B, T, C, H, W]`` or ``[B, C, T, H, W]``); the rest
+    are lengths. (A video's spatial dims read as lengths had no config limit, and three dims capped at 256 each
+    planned GBs.)"""
     if dim == 0:
         return "batch"
-    if val.ndim == 4 and val.is_floating_point() and dim >= 2:
+    if val.ndim >= 4 and val.is_floating_point() and dim >= val.ndim - 2:
         return "image"
     return "length"
 

@@ -443,6 +443,7 @@ class _TubeletEmbedding(torch.nn.Module):
 
     def __init__(self, kernel, groups=1):
         super().__init__()
+        self.config = PretrainedConfig(image_size=16)  # bounds the frames' height and width, as a video config does
         self.proj = torch.nn.Conv3d(4, 8, kernel_size=kernel, stride=kernel, groups=groups)
 
     def forward(self, pixel_values):
@@ -455,7 +456,14 @@ def test_conv3d_with_its_kernel_as_stride_runs(kernel, frames, groups):
     # the portable kernel takes 3-D or 4-D convolutions only: a 5-D one failed the loaded method with 0x12
     model = _TubeletEmbedding(kernel, groups).eval()
     inputs = {"pixel_values": torch.randn(2, 4, frames, 8, 8)}
-    manager = ExecutorchExporter().export(model, inputs, config={"dynamic": True})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager = ExecutorchExporter().export(model, inputs, config={"dynamic": True})
+    # a video's height and width are image dims, capped by the config's image_size (as lengths, three dims capped
+    # at 256 each planned 4 GiB for this module)
+    caps = " ".join(str(w.message) for w in caught if issubclass(w.category, UnboundedDimWarning))
+    assert "pixel_values dim 3 <= 16 (config image_size=16)" in caps and "dim 4 <= 16" in caps, caps
+    assert sum(manager.executorch_program.execution_plan[0].non_const_buffer_sizes) < MAX_PLANNED_BYTES
     for x in (inputs["pixel_values"], torch.randn(3, 4, frames, 8, 8)):
         got = run_exported(manager, {"pixel_values": x})
         comparison = compare_leaves(eager_leaves(model, {"pixel_values": x}), got, atol=ATOL, rtol=RTOL)
