@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 import typing
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel
-from transformers.utils.generic import TransformersKwargs
 
 from engine.errors import InputError, ModelError
 from engine.pytree import map_structure
@@ -57,6 +56,14 @@ def check_model(model: Any) -> None:
         )
 
 
+def is_pretrained_model(model: Any) -> bool:
+    """``isinstance(model, transformers.PreTrainedModel)`` without importing transformers' modeling utilities
+    (3 s): a ``PreTrainedModel`` exists only once they are imported, so a process exporting plain modules never
+    pays for them."""
+    modeling_utils = sys.modules.get("transformers.modeling_utils")
+    return modeling_utils is not None and isinstance(model, modeling_utils.PreTrainedModel)
+
+
 def accepted_input_names(model: torch.nn.Module) -> tuple[set[str], bool]:
     """Names ``model.forward`` takes, and whether it also takes arbitrary extra keywords.
 
@@ -70,9 +77,12 @@ def accepted_input_names(model: torch.nn.Module) -> tuple[set[str], bool]:
     for param in sig.parameters.values():
         if param.kind is inspect.Parameter.VAR_KEYWORD:
             typed = _unpacked_typeddict(model.forward, param.name)
-            if typed is None and isinstance(model, PreTrainedModel):
+            pretrained = is_pretrained_model(model)
+            if typed is None and pretrained:
+                from transformers.utils.generic import TransformersKwargs
+
                 typed = set(TransformersKwargs.__required_keys__) | set(TransformersKwargs.__optional_keys__)
-            if typed is not None and isinstance(model, PreTrainedModel):
+            if typed is not None and pretrained:
                 typed |= set(OUTPUT_FLAGS)  # consumed by transformers' output decorators, not the signature
             if typed is None:
                 open_ended = True
