@@ -208,9 +208,12 @@ def empty_cache_leaves(prefill_cache: Any, first: Any, second: Any) -> dict[str,
 
     A decode step whose query length is symbolic computes the prefill too when it is given the cache as it
     is before the prompt: every leaf that grows by one position per token (the keys and values of a dynamic
-    cache) at length 0, every other leaf as the prefill received it (a counter). ``first`` and ``second``
-    are the caches of two consecutive one-token decode calls; a leaf that neither grows nor was there at
-    the prefill (a static cache's buffers, a state-space model's states) leaves the answer open: None.
+    cache) at length 0, every leaf the prefill received as the prefill received it (a counter), and zeros for
+    a leaf that neither grows nor was there at the prefill (a static cache's buffers, which it allocates zeroed
+    at its first update). ``first`` and ``second`` are the caches of two consecutive one-token decode calls.
+    This is a candidate: the exporter keeps it only once the decode program reproduced the eager prefill on it
+    (a decode step that cannot prefill, like a sliding window shorter than the prompt or a state-space
+    model's one-token recurrence, fails that check and the prefill gets its own program).
     """
     before = get_leaf_tensors(prefill_cache) if prefill_cache is not None else {}
     a, b = get_leaf_tensors(first), get_leaf_tensors(second)
@@ -221,10 +224,12 @@ def empty_cache_leaves(prefill_cache: Any, first: Any, second: Any) -> dict[str,
         grown = _growing_dim(leaf, b[name])
         if grown is not None:
             empty[name] = leaf.new_zeros([0 if d == grown else s for d, s in enumerate(leaf.shape)])
-        elif name in before and before[name].shape == leaf.shape:
+        elif name in before:
+            if before[name].shape != leaf.shape:
+                return None
             empty[name] = before[name].clone()
         else:
-            return None
+            empty[name] = torch.zeros_like(leaf)
     return empty
 
 
@@ -239,7 +244,8 @@ def prefill_through_decode(plan: GenerationPlan, prefill_kwargs: Mapping[str, An
     if tensors(decode) != tensors(prefill_kwargs):
         return None
     out = {k: prefill_kwargs.get(k, v) for k, v in decode.items()}
-    out[cache_names[0]] = fill_leaves(decode[cache_names[0]], plan.empty_cache)
+    # copies: a program that updates its cache in place (a static cache's) must not fill the plan's empty one
+    out[cache_names[0]] = fill_leaves(decode[cache_names[0]], {k: v.clone() for k, v in plan.empty_cache.items()})
     return out
 
 

@@ -90,8 +90,9 @@ class DynamoExporter:
     def _decode_serves_prefill(decode: Any, parts: Mapping[str, Any], plan: GenerationPlan) -> bool:
         """Whether the (already exported) ``decode`` artifact computes the prefill, so it is not exported twice.
 
-        A decode step with a symbolic query length over an empty dynamic cache *is* a prefill (the peer's
-        ``multi_token_decode`` says as much). That is checked, not assumed: the decode artifact runs on the
+        A decode step with a symbolic query length over an empty cache (a dynamic one, or a static one zeroed)
+        *is* a prefill (the peer's ``multi_token_decode`` says as much). That is checked, not assumed: the decode
+        artifact runs on the
         captured prompt over :attr:`GenerationPlan.empty_cache` and must match the eager prefill leaf by leaf
         (logits and the cache it fills). Otherwise ``plan.empty_cache`` is dropped and the prefill gets its own
         program.
