@@ -28,3 +28,17 @@ def test_collecting_and_scheduling_cases_imports_no_exporter():
               "print(sorted(m for m in ('transformers.modeling_utils', 'engine.exporter_dynamo') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_exporting_a_plain_module_never_loads_transformers_modeling_utils():
+    # a sweep of --model-module models warms its forkserver without them (3 s); a PreTrainedModel is still told
+    script = ("import sys, torch\n"
+              "from engine import DynamoExporter\n"
+              "from engine.prepare import is_pretrained_model\n"
+              "DynamoExporter().export(torch.nn.Linear(4, 3), {'input': torch.randn(2, 4)})\n"
+              "loaded = 'transformers.modeling_utils' in sys.modules\n"
+              "from transformers import GPT2Config, GPT2Model\n"
+              "print(loaded, is_pretrained_model(torch.nn.Linear(4, 3)),\n"
+              "      is_pretrained_model(GPT2Model(GPT2Config(n_layer=1, n_embd=8, n_head=2))))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False", "True"], out
