@@ -22,9 +22,11 @@ def test_a_submodule_import_never_shadows_a_public_function():
 
 
 def test_collecting_and_scheduling_cases_imports_no_exporter():
-    # what a sweep's controller and --collect-only runs import; the forkserver imports the exporters for the cases
-    script = ("import sys, engine, engine.versions, sweep.plugin, sweep.case, sweep.isolation\n"
+    # what a sweep's controller and --collect-only runs import (selecting catalog classes included); the forkserver
+    # imports the exporters for the cases
+    script = ("import sys, engine, engine.versions, sweep.plugin, sweep.case, sweep.isolation, sweep.selection\n"
               "engine.installed_versions(); engine.pinned_versions()\n"
+              "sweep.selection.resolve_models('LlamaForCausalLM,Bert*,smoke')\n"
               "print(sorted(m for m in ('transformers.modeling_utils', 'engine.exporter_dynamo') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
