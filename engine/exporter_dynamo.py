@@ -92,10 +92,9 @@ class DynamoExporter:
 
         A decode step with a symbolic query length over an empty cache (a dynamic one, or a static one zeroed)
         *is* a prefill (the peer's ``multi_token_decode`` says as much). That is checked, not assumed: the decode
-        artifact runs on the
-        captured prompt over :attr:`GenerationPlan.empty_cache` and must match the eager prefill leaf by leaf
-        (logits and the cache it fills). Otherwise ``plan.empty_cache`` is dropped and the prefill gets its own
-        program.
+        artifact runs on the captured prompt over :attr:`GenerationPlan.empty_cache` and must match the eager
+        prefill leaf by leaf (logits and the cache it fills). Otherwise ``plan.empty_cache`` is dropped and the
+        prefill gets its own program.
         """
         module, prefill = parts["prefill"]
         kwargs = prefill_through_decode(plan, prefill) if decode is not None and module is parts["decode"][0] else None

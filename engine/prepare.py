@@ -72,12 +72,12 @@ def accepted_input_names(model: torch.nn.Module) -> tuple[set[str], bool]:
     ``TransformersKwargs`` by convention. A bare ``**kwargs`` of any other module accepts anything.
     """
     sig = inspect.signature(model.forward)
+    pretrained = is_pretrained_model(model)
     names: set[str] = set()
     open_ended = False
     for param in sig.parameters.values():
         if param.kind is inspect.Parameter.VAR_KEYWORD:
             typed = _unpacked_typeddict(model.forward, param.name)
-            pretrained = is_pretrained_model(model)
             if typed is None and pretrained:
                 from transformers.utils.generic import TransformersKwargs
 

@@ -134,11 +134,11 @@ def record(name: str) -> ClassRecord:
 
 
 def classes_by_mapping() -> dict[str, list[str]]:
-    grouped: dict[str, list[str]] = {label: [] for label in mapping_labels()}
-    for rec in catalog().values():
-        for label in rec.mappings:
-            grouped[label].append(rec.name)
-    return grouped
+    """Mapping label -> sorted class names, from the mapping dicts alone (as :func:`all_classes`)."""
+    grouped: dict[str, set[str]] = {label: set() for label in mapping_labels()}
+    for label, _, name in _listed():
+        grouped[label].add(name)
+    return {label: sorted(names) for label, names in grouped.items()}
 
 
 @functools.cache
@@ -150,7 +150,7 @@ def unlisted_classes() -> dict[str, list[str]]:
     import transformers
     from transformers import PreTrainedModel
 
-    listed = set(catalog())
+    listed = set(all_classes())
     concrete, abstract = [], []
     for name in sorted(n for n in dir(transformers) if n[:1].isupper()):
         if name in listed:

@@ -80,7 +80,7 @@ def resolve_models(spec: str, extra: dict | None = None) -> list[str]:
         elif token in extra or is_known_class(token):
             chosen.add(token)
         else:
-            close = difflib.get_close_matches(token, sorted(_catalog()), n=3)
+            close = difflib.get_close_matches(token, catalog.all_classes(), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise SelectionError(f"--models {token!r} is not a model class, a glob, an @file or one of {sorted(NAMED_SETS)}{hint}")
     if not chosen:
