@@ -133,6 +133,21 @@ def record(name: str) -> ClassRecord:
     )
 
 
+def mappings_of(name: str) -> tuple[str, ...]:
+    """The labels of the mappings that list a class (none for an unlisted class), from the mapping dicts alone:
+    ``record(name).mappings`` without :func:`catalog`'s imports (``--generate`` asks it for every selected class
+    in every controller and xdist worker)."""
+    return _mappings_by_class().get(name, ())
+
+
+@functools.cache
+def _mappings_by_class() -> dict[str, tuple[str, ...]]:
+    grouped: dict[str, set[str]] = {}
+    for label, _, name in _listed():
+        grouped.setdefault(name, set()).add(label)
+    return {name: tuple(sorted(labels)) for name, labels in grouped.items()}
+
+
 def classes_by_mapping() -> dict[str, list[str]]:
     """Mapping label -> sorted class names, from the mapping dicts alone (as :func:`all_classes`)."""
     grouped: dict[str, set[str]] = {label: set() for label in mapping_labels()}

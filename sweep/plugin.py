@@ -197,9 +197,9 @@ GENERATIVE_MAPPINGS = frozenset({"causal_lm", "seq_to_seq_causal_lm", "speech_se
 def _is_generative(model: str, settings: SweepSettings) -> bool:
     if model in settings.local_models:
         return False
-    from sweep.catalog import record
+    from sweep.catalog import mappings_of
 
-    return bool(GENERATIVE_MAPPINGS.intersection(record(model).mappings))
+    return bool(GENERATIVE_MAPPINGS.intersection(mappings_of(model)))
 
 
 def _cases(settings: SweepSettings) -> list:
@@ -280,11 +280,12 @@ def sweep_run(request: pytest.FixtureRequest):
 
     settings: SweepSettings = request.config.stash[_SETTINGS]
 
-    warm_backends(settings.backends, catalog=any(m not in settings.local_models for m in settings.models))
-
     def run(spec: dict) -> dict:
+        skipped = spec.get("skiplist") and not settings.run_skipped
+        if not skipped:  # the forkserver starts before the first case that runs (a skipped case never needs it)
+            warm_backends(settings.backends, catalog=any(m not in settings.local_models for m in settings.models))
         started = time.time()
-        if spec.get("skiplist") and not settings.run_skipped:
+        if skipped:
             result = {"status": "skip", "skip_reason": f"skiplist: {spec['skiplist']}"}
         else:
             result = run_isolated(run_case, spec, settings.timeout)

@@ -52,6 +52,11 @@ def test_mapping_labels():
     assert "LlamaModel" in grouped["base"]
 
 
+def test_mappings_of_reads_what_the_records_hold(records):
+    assert {name: catalog.mappings_of(name) for name in records} == {name: rec.mappings for name, rec in records.items()}
+    assert catalog.mappings_of("CLIPVisionModelWithProjection") == ()  # unlisted
+
+
 def test_unlisted_classes_are_outside_the_catalog(records):
     unlisted = catalog.unlisted_classes()
     assert unlisted["concrete"] and unlisted["abstract"]

@@ -44,13 +44,19 @@ SWEEP_MODELS = {"GoodModel": _make(Good), "OtherGoodModel": _make(Good), "AbortM
 '''
 
 
+#: pytest plugins this environment installs that a sweep never uses; each subprocess (and xdist worker) would import
+#: them, hypothesis alone for about 2 of its 6 seconds to collect
+UNUSED_PLUGINS = ("hypothesispytest", "hydra_pytest", "kgb", "anyio")
+
+
 @pytest.fixture
 def sweep(pytester):
     pytester.makepyfile(local_models=LOCAL_MODELS)
     (pytester.path / "skiplists").mkdir()
 
     def run(*args, **kwargs):
-        base = ["--pyargs", "sweep", "-p", "no:cacheprovider", "--model-module=local_models",
+        base = ["--pyargs", "sweep", "-p", "no:cacheprovider", *(f"-pno:{name}" for name in UNUSED_PLUGINS),
+                "--model-module=local_models",
                 f"--skiplist-dir={pytester.path / 'skiplists'}", f"--report-dir={pytester.path / 'reports'}"]
         return pytester.runpytest_subprocess(*base, *args, **kwargs)
 
