@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 
+from sweep.__main__ import UNUSED_PLUGINS
 from sweep.cli import main
 
 pytest_plugins = ["pytester"]
@@ -42,11 +43,6 @@ def _make(cls):
 SWEEP_MODELS = {"GoodModel": _make(Good), "OtherGoodModel": _make(Good), "AbortModel": _make(Abort),
                 "HangModel": _make(Hang), "DriftModel": _make(ExportsDifferently)}
 '''
-
-
-#: pytest plugins this environment installs that a sweep never uses; each subprocess (and xdist worker) would import
-#: them, hypothesis alone for about 2 of its 6 seconds to collect
-UNUSED_PLUGINS = ("hypothesispytest", "hydra_pytest", "kgb", "anyio")
 
 
 @pytest.fixture
