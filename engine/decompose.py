@@ -55,7 +55,8 @@ class GenerationPlan:
     #: components run before the prefill, with the (dotted) kwarg their outputs feed: an encoder-decoder's
     #: ``encoder`` -> ``encoder_outputs``; ``image_features`` -> ``mm_encoder_outputs.image``
     encoders: dict[str, str] = field(default_factory=dict)
-    #: how many trailing prompt columns generate() returns before the new tokens
+    #: how many trailing prompt columns generate() returns before the new tokens; -1: the whole prompt, however
+    #: long (what decoder-only models return)
     prompt_columns_returned: int = -1
     #: a decoder start token generate() prepends to given decoder ids (1x1), if it does
     start_tokens: torch.Tensor | None = None
@@ -298,7 +299,8 @@ def decompose_prefill_decode(model: torch.nn.Module, inputs: Mapping[str, Any], 
     plan.token_input = "decoder_input_ids" if "decoder_input_ids" in decode else "input_ids"
     # what generate() returns around the new tokens: some models return the whole prompt, others part or none
     prompt = prefill[plan.token_input]
-    plan.prompt_columns_returned = max(min(sequences.shape[-1] - CAPTURE_TOKENS, prompt.shape[-1]), 0)
+    returned = max(min(sequences.shape[-1] - CAPTURE_TOKENS, prompt.shape[-1]), 0)
+    plan.prompt_columns_returned = -1 if returned == prompt.shape[-1] else returned
     given = inputs.get(plan.token_input)
     if isinstance(given, torch.Tensor) and prompt.shape[-1] == given.shape[-1] + 1:
         plan.start_tokens = prompt[:1, :1].clone()  # generate() put the decoder start token in front

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from engine.decompose import GenerationPlan, cache_kwargs, prefill_through_decode
-from engine.errors import InputError, ModelError
+from engine.errors import ExportStageError, InputError, ModelError
 from engine.pytree import fill_leaves, get_leaf_tensors, is_cache_object
 from engine.runtime import run_exported
 
@@ -111,6 +111,17 @@ def logits_processors(plan: GenerationPlan, values: Mapping[str, Any], prompt_le
     return processors or None
 
 
+def _run(components: Mapping[str, Any], name: str, kwargs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """Run one component; a failure names it and the shapes it was given. (Each program accepts the shapes its
+    trace allowed: a decoder-only prefill served by the decode program, for one, takes no prompt shorter than
+    the decode step it was traced at, its two tokens and a cache of two.)"""
+    try:
+        return run_exported(components[name], kwargs)
+    except Exception as e:
+        shapes = ", ".join(f"{leaf} {tuple(t.shape)}" for leaf, t in list(get_leaf_tensors(kwargs).items())[:3])
+        raise ExportStageError("run", f"the {name!r} generation component (given {shapes}, ...)", e) from e
+
+
 def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config: Any = None, max_new_tokens: int = 8
              ) -> torch.Tensor:
     """Greedy decoding over ``components`` from ``export_for_generation``: the tokens of
@@ -126,7 +137,7 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
 
     # ── Encoders (an encoder-decoder's encoder, a multimodal model's feature extractors) ──
     for name, feeds in plan.encoders.items():
-        outputs = run_exported(components[name], _fill(plan.templates[name], values, None))
+        outputs = _run(components, name, _fill(plan.templates[name], values, None))
         key, _, sub = feeds.partition(".")
         template = plan.templates[plan.prefill][key]
         if sub:
@@ -150,7 +161,7 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
     prefill_kwargs = _fill(prefill_template, values, None)
     if plan.empty_cache is not None:  # the decode program computes the prefill over the empty cache
         prefill_kwargs = prefill_through_decode(plan, prefill_kwargs)
-    outputs = run_exported(components[plan.prefill], prefill_kwargs)
+    outputs = _run(components, plan.prefill, prefill_kwargs)
 
     decode_template = plan.templates[plan.decode]
     cache_name = next(iter(cache_kwargs(decode_template)), None)
@@ -189,6 +200,6 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
             elif name in state:
                 state[name] = step_values[name] = _positions(state[name], dim, 1)
         cache = _cache_outputs(outputs, decode_template[cache_name]) if cache_name else None
-        outputs = run_exported(components[plan.decode], _fill(decode_template, step_values, cache))
+        outputs = _run(components, plan.decode, _fill(decode_template, step_values, cache))
     kept = plan.prompt_columns_returned if plan.prompt_columns_returned >= 0 else prompt_length
     return sequence[:, prompt_length - min(kept, prompt_length) :]

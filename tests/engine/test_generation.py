@@ -15,6 +15,7 @@ from transformers import StaticCache
 
 from engine import (
     AutoExporter,
+    ExportStageError,
     InputError,
     ModelError,
     decompose_multimodal,
@@ -65,6 +66,31 @@ def test_generation_matches_eager_greedy(name, cache, backend):
         expected = model.generate(**copy.deepcopy(inputs), do_sample=False, max_new_tokens=NEW_TOKENS)
     got = generate(components, inputs, max_new_tokens=NEW_TOKENS)
     assert got.shape == expected.shape and torch.equal(got, expected), f"\neager:    {expected}\nexported: {got}"
+
+
+@pytest.mark.parametrize("name", ["llama", "mamba2"])
+def test_a_prompt_longer_than_the_captured_one_comes_back_whole(name):
+    """generate() returns the whole prompt before the new tokens, however long; the plan once kept as many prompt
+    columns as the captured prompt had, and cut the front of a longer one."""
+    tiny = MODELS[name]
+    model = tiny.model()
+    components = AutoExporter.export_for_generation(model, generation_inputs(name, 0, "dynamic", model), {"dynamic": True})
+    batch, length = tiny.trace_shape
+    inputs = tiny.make_inputs(batch, length + 2, 1)
+    with torch.no_grad():
+        expected = model.generate(**copy.deepcopy(inputs), do_sample=False, max_new_tokens=NEW_TOKENS)
+    got = generate(components, inputs, max_new_tokens=NEW_TOKENS)
+    assert got.shape == expected.shape and torch.equal(got, expected), f"\neager:    {expected}\nexported: {got}"
+
+
+def test_a_prompt_outside_what_the_programs_take_is_an_error_naming_the_component():
+    """Llama's prefill runs through its decode program, traced at two new tokens over a cache of two: a two-token
+    prompt is outside the shapes it accepts (a limit of that trace, named rather than a guard's assertion)."""
+    tiny = MODELS["llama"]
+    model = tiny.model()
+    components = AutoExporter.export_for_generation(model, generation_inputs("llama", 0, "dynamic", model), {"dynamic": True})
+    with pytest.raises(ExportStageError, match=r"stage 'run' failed for the 'prefill' generation component \(given input_ids \(2, 2\).*Guard failed"):
+        generate(components, tiny.make_inputs(2, 2, 1), max_new_tokens=2)
 
 
 @pytest.mark.parametrize("name", ["llama", "t5"])
