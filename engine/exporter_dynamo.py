@@ -1,7 +1,8 @@
 """``DynamoExporter``: a model and sample inputs become a ``torch.export.ExportedProgram``.
 
-``export()`` reads top to bottom as the pipeline. The ONNX and ExecuTorch exporters reuse :meth:`trace`
-(stages 1-5, with their own patch registries active) and add their stages after it.
+``export()`` reads top to bottom as the pipeline: :meth:`trace` (stages 1-5), then the FX node fixes of the
+saved program (stage 6). The ONNX and ExecuTorch exporters reuse :meth:`trace` (with their own patch registries
+active) and add their own stages after it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from engine.configs import DynamoConfig
 from engine.decompose import GenerationPlan, prefill_through_decode
 from engine.errors import ExportStageError
 import engine.model_patches  # noqa: F401  (registers the model patches every exporter traces with)
-from engine.patches import apply_patches
+import engine.fx_fixes  # noqa: F401  (registers the node fixes, stage 6)
+from engine.patches import apply_fx_node_fixes, apply_patches
 from engine.prepare import model_name, prepare_for_export
 from engine.pytree import get_leaf_tensors, register_pytree_nodes
 from engine.runtime import run_exported
@@ -55,7 +57,10 @@ class DynamoExporter:
 
     def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: DynamoConfig | Mapping | None = None):
         config = self.config_class.coerce(config)
-        return self.trace(model, inputs, config)
+        program = self.trace(model, inputs, config)
+        # ── Stage 6: FX node fixes: what torch.export.save cannot write (math.ceil of a size) ─────
+        apply_fx_node_fixes("dynamo", program.graph_module)
+        return program
 
     def export_for_generation(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: DynamoConfig | Mapping | None = None):
         """Export every component of :func:`engine.decompose.decompose_for_generation`.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import operator
+
 import torch
 
 from engine.patches import register_fx_node_fix
@@ -22,6 +25,36 @@ def _fix_is_all_true_as_all(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bo
         return False
     with gm.graph.inserting_before(node):
         replacement = gm.graph.call_function(torch.ops.aten.all.default, (node.args[0],))
+    replacement.meta.update(node.meta)
+    node.replace_all_uses_with(replacement)
+    return True
+
+
+@register_fx_node_fix("dynamo")
+def _fix_ceil_for_the_serializer(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make ``math.ceil(x)`` of a symbolic size ``sym_ite(x > trunc(x), trunc(x) + 1, trunc(x))``.
+
+    Pattern: a model rounds a size up, ``math.ceil(length / window)`` (GraniteSpeech's audio windows); with that
+    length dynamic, torch.export records ``math.ceil`` on a SymFloat, which ``torch.export.save`` cannot write
+    ("Failed serializing node ceil": it is not among the serializer's symbolic ops). ``trunc``, ``>``, ``+`` and
+    ``sym_ite`` are, and together they compute the same integer for every float, negative ones included.
+    TODO: upstream issue not found (torch/_export/serde/serialize.py ``_SYM_OPS`` has ``math.trunc``, no ``math.ceil``).
+    """
+    if node.op != "call_function" or node.target is not math.ceil or len(node.args) != 1 or node.kwargs:
+        return False
+    (x,) = node.args
+    value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not isinstance(value, torch.SymFloat):
+        return False
+    graph = gm.graph
+    with graph.inserting_before(node):
+        truncated = graph.call_function(math.trunc, (x,))
+        truncated.meta["val"] = math.trunc(value)
+        above = graph.call_function(operator.gt, (x, truncated))
+        above.meta["val"] = value > truncated.meta["val"]
+        plus_one = graph.call_function(operator.add, (truncated, 1))
+        plus_one.meta["val"] = truncated.meta["val"] + 1
+        replacement = graph.call_function(torch.sym_ite, (above, plus_one, truncated))
     replacement.meta.update(node.meta)
     node.replace_all_uses_with(replacement)
     return True

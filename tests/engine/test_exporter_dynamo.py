@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 
 import pytest
@@ -119,3 +120,23 @@ def test_the_trace_runs_without_the_fake_dispatch_cache_and_the_program_gets_it_
     assert fake_mode.cache_enabled == torch._dynamo.config.fake_tensor_cache_enabled  # on again for what follows
     inputs = tiny.inputs("run", seed=1)
     assert compare_leaves(eager_leaves(model, inputs), run_exported(program, inputs)).ok
+
+
+class _Windows(torch.nn.Module):
+    """Rounds a length up to whole windows (``math.ceil(length / window)``), as GraniteSpeech's audio encoder does."""
+
+    def forward(self, x):
+        windows = math.ceil(x.shape[1] / 3)
+        padded = torch.nn.functional.pad(x, (0, 0, 0, windows * 3 - x.shape[1]))
+        return padded.reshape(x.shape[0], windows, 3, x.shape[2]).sum(2)
+
+
+def test_a_rounded_up_size_saves_and_loads(tmp_path):
+    from engine import load_program, save_program
+
+    program = DynamoExporter().export(_Windows().eval(), {"x": torch.randn(2, 7, 4)}, config=DynamoConfig(dynamic=True))
+    assert not any(n.target is math.ceil for n in program.graph.nodes)  # rewritten into ops the serializer writes
+    loaded = load_program(save_program(program, tmp_path / "windows.pt2"))
+    for length in (5, 6, 7, 9, 12):  # whole windows and partial ones
+        x = torch.randn(3, length, 4)
+        assert torch.equal(loaded.module()(x=x), _Windows()(x)), length
