@@ -14,10 +14,11 @@ import pytest
 #: pytest plugins that the test stack installs and that a sweep never uses: the controller and every xdist worker
 #: would import them (hypothesis's alone takes about 2 of the 6 seconds a process needs to collect a sweep)
 UNUSED_PLUGINS = ("hypothesispytest", "hydra_pytest", "kgb", "anyio")
+BLOCK_UNUSED_PLUGINS = tuple(f"-pno:{name}" for name in UNUSED_PLUGINS)
 
 
 def main(argv: list[str]) -> int:
-    args = ["--pyargs", "sweep", "-p", "no:cacheprovider", *(f"-pno:{name}" for name in UNUSED_PLUGINS), "-q"]
+    args = ["--pyargs", "sweep", "-p", "no:cacheprovider", *BLOCK_UNUSED_PLUGINS, "-q"]
     if not any(a.startswith("--models") for a in argv):
         args.append("--models=smoke")
     if not any(a.startswith("--backend") for a in argv):

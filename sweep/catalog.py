@@ -75,14 +75,12 @@ def _listed():
 @functools.cache
 def catalog() -> dict[str, ClassRecord]:
     """Class name -> record, for every class in every ``MODEL_*_MAPPING_NAMES`` dict."""
-    seen: dict[str, dict[str, set]] = {}
-    for label, model_type, name in _listed():
-        entry = seen.setdefault(name, {"mappings": set(), "types": set()})
-        entry["mappings"].add(label)
-        entry["types"].add(model_type)
+    types_of: dict[str, set[str]] = {}
+    for _, model_type, name in _listed():
+        types_of.setdefault(name, set()).add(model_type)
     records = {}
-    for name, entry in seen.items():
-        types = sorted(entry["types"])
+    for name, listed_types in types_of.items():
+        types = sorted(listed_types)
         model_type = types[0]
         if len(types) > 1:
             own_type, own_config = _own_config(name)
@@ -95,7 +93,7 @@ def catalog() -> dict[str, ClassRecord]:
             name=name,
             model_type=model_type,
             config_class=_config_class_name(model_type) or "",
-            mappings=tuple(sorted(entry["mappings"])),
+            mappings=mappings_of(name),
             all_model_types=tuple(types),
         )
     return dict(sorted(records.items()))

@@ -280,10 +280,12 @@ def sweep_run(request: pytest.FixtureRequest):
 
     settings: SweepSettings = request.config.stash[_SETTINGS]
 
+    needs_catalog = any(m not in settings.local_models for m in settings.models)
+
     def run(spec: dict) -> dict:
         skipped = spec.get("skiplist") and not settings.run_skipped
         if not skipped:  # the forkserver starts before the first case that runs (a skipped case never needs it)
-            warm_backends(settings.backends, catalog=any(m not in settings.local_models for m in settings.models))
+            warm_backends(settings.backends, catalog=needs_catalog)
         started = time.time()
         if skipped:
             result = {"status": "skip", "skip_reason": f"skiplist: {spec['skiplist']}"}

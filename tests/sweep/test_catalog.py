@@ -52,8 +52,16 @@ def test_mapping_labels():
     assert "LlamaModel" in grouped["base"]
 
 
-def test_mappings_of_reads_what_the_records_hold(records):
-    assert {name: catalog.mappings_of(name) for name in records} == {name: rec.mappings for name, rec in records.items()}
+def test_mappings_of_names_every_mapping_that_lists_a_class(records):
+    module = importlib.import_module(catalog.MAPPING_MODULE)
+    expected: dict[str, set[str]] = {}
+    for dict_name in dir(module):
+        if dict_name.startswith("MODEL_") and dict_name.endswith("_MAPPING_NAMES"):
+            for value in getattr(module, dict_name).values():
+                for name in value if isinstance(value, (list, tuple)) else [value]:
+                    expected.setdefault(name, set()).add(catalog.mapping_label(dict_name))
+    assert {name: catalog.mappings_of(name) for name in records} == {n: tuple(sorted(m)) for n, m in expected.items()}
+    assert all(rec.mappings == catalog.mappings_of(name) for name, rec in records.items())
     assert catalog.mappings_of("CLIPVisionModelWithProjection") == ()  # unlisted
 
 

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from sweep.__main__ import UNUSED_PLUGINS
+from sweep.__main__ import BLOCK_UNUSED_PLUGINS
 from sweep.cli import main
 
 pytest_plugins = ["pytester"]
@@ -51,7 +51,7 @@ def sweep(pytester):
     (pytester.path / "skiplists").mkdir()
 
     def run(*args, **kwargs):
-        base = ["--pyargs", "sweep", "-p", "no:cacheprovider", *(f"-pno:{name}" for name in UNUSED_PLUGINS),
+        base = ["--pyargs", "sweep", "-p", "no:cacheprovider", *BLOCK_UNUSED_PLUGINS,
                 "--model-module=local_models",
                 f"--skiplist-dir={pytester.path / 'skiplists'}", f"--report-dir={pytester.path / 'reports'}"]
         return pytester.runpytest_subprocess(*base, *args, **kwargs)
