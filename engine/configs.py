@@ -86,6 +86,9 @@ class OnnxConfig(DynamoConfig):
     - ``opset_version``: target opset; ``None`` is the newest the installed onnxscript supports.
     - ``optimize``: run the onnxscript optimiser passes.
     - ``export_params`` / ``keep_initializers_as_inputs``: as in ``torch.onnx.export``.
+    - ``single_trace``: trace the model once, straight to the ATen IR ``torch.onnx.export`` translates
+      (:mod:`engine.single_trace`), instead of ``torch.export.export`` and then ``torch.onnx.export``'s own
+      decomposition retrace. ``False`` takes the two passes (also the fallback where torch lacks the hooks).
     """
 
     export_format: ClassVar[str] = "onnx"
@@ -96,6 +99,7 @@ class OnnxConfig(DynamoConfig):
     optimize: bool = True
     export_params: bool = True
     keep_initializers_as_inputs: bool = False
+    single_trace: bool = True
 
     def __post_init__(self):
         super().__post_init__()

@@ -149,14 +149,7 @@ class DynamoExporter:
 
             try:
                 with fake_dispatch_cache_off_while_tracing():
-                    program = torch.export.export(
-                        model,
-                        (),
-                        kwargs=inputs,
-                        dynamic_shapes=dynamic_shapes,
-                        strict=config.strict,
-                        prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
-                    )
+                    program = self.export_program(model, inputs, dynamic_shapes, config)
                 restore_fake_dispatch_cache(program)
             except Exception as e:
                 raise ExportStageError("export", name, e) from e
@@ -165,6 +158,18 @@ class DynamoExporter:
         if dynamic_shapes is not None:
             warn_specialised(name, specialised_dims(program, inputs, dynamic_shapes))
         return program
+
+    def export_program(self, model: torch.nn.Module, inputs: Mapping[str, Any], dynamic_shapes: Any,
+                       config: DynamoConfig) -> torch.export.ExportedProgram:
+        """The ``torch.export`` call of :meth:`trace` (an exporter that wants another IR traces to it here)."""
+        return torch.export.export(
+            model,
+            (),
+            kwargs=inputs,
+            dynamic_shapes=dynamic_shapes,
+            strict=config.strict,
+            prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+        )
 
 
 # ── Fake-tensor dispatch cache ──────────────────────────────────────────────────────────────────────

@@ -7,9 +7,12 @@ into ONNX. Five stages surround that call, labelled below as in the reference de
 1. **Torch patches** (``register_patch("onnx", ...)``): reversible swaps of torch functions the model calls,
    active while tracing, so the traced graph has a pattern ONNX lowers correctly.
 2. **ONNX patches** (same registry): reversible swaps of ``torch.onnx`` internals, active during
-   ``torch.onnx.export``; the one here re-runs stage 3 right after ``run_decompositions``.
+   ``torch.onnx.export``; one re-runs stage 3 right after ``run_decompositions``, one skips that retrace for a
+   program :meth:`OnnxExporter.export_program` traced straight to the decomposed ATen IR (the default,
+   ``OnnxConfig.single_trace``; :mod:`engine.single_trace`).
 3. **FX node fixes** (``register_fx_node_fix("onnx")``): in-place rewrites of nodes the decomposer or the
-   translator cannot handle; applied to the exported graph, and again to the decomposed one.
+   translator cannot handle; applied to the exported graph, and again to the decomposed one (the same graph
+   after a single trace).
 4. **ONNX translations** (:mod:`engine.onnx_translations`): onnxscript functions for aten ops whose torchlib
    lowering is missing or wrong.
 5. **IR fixes** (``_IR_FIXES``): in-place rewrites of the ONNX IR for onnxruntime quirks.
@@ -45,6 +48,7 @@ import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with othe
 from engine.patches import apply_fx_node_fixes, apply_patches, register_fx_node_fix, register_patch
 from engine.prepare import model_name
 from engine.pytree import spec_leaf_names
+from engine.single_trace import decomposed_with, export_decomposed, single_trace_supported
 
 logger = logging.getLogger("engine")
 
@@ -77,6 +81,21 @@ class OnnxExporter(DynamoExporter):
         # (tiny Mamba2 20.0 -> 12.7 CPU s, ResNet 4.6 -> 3.2, T5 8.6 -> 7.8, Llama 3.6 -> 3.6)
         with fake_dispatch_cache_off_while_tracing():
             return self._export(model, inputs, self.config_class.coerce(config))
+
+    def export_program(self, model: torch.nn.Module, inputs: Mapping[str, Any], dynamic_shapes: Any,
+                       config: OnnxConfig) -> torch.export.ExportedProgram:
+        """Trace straight to the decomposed ATen IR ``torch.onnx.export`` translates (``config.single_trace``);
+        ``_patch_decompose_once`` then keeps ``torch.onnx.export`` from decomposing it again."""
+        if not (config.single_trace and single_trace_supported()):
+            return super().export_program(model, inputs, dynamic_shapes, config)
+        return export_decomposed(
+            model,
+            inputs,
+            onnx_decomposition_table(TARGET_OPSET.get()),
+            dynamic_shapes=dynamic_shapes,
+            strict=config.strict,
+            prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+        )
 
     def _export(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: OnnxConfig):
         """The export itself, top to bottom through the five stages."""
@@ -439,6 +458,50 @@ def _patch_prepare_for_export(original: Callable) -> Callable:
     return prepare
 
 
+@register_patch(
+    "onnx",
+    "torch.onnx._internal.exporter._fx_passes.decompose_with_registry",
+    requires={"torch": ">=2.13,<2.14"},
+)
+def _patch_decompose_once(original: Callable) -> Callable:
+    """Leave a program traced straight to ONNX's ATen IR as it is, instead of decomposing it again.
+
+    Pattern: ``torch.onnx.export`` retraces every ``ExportedProgram`` through ``run_decompositions`` with the
+    table of ops its registry does not implement. A program :meth:`OnnxExporter.export_program` traced with that
+    same table (:mod:`engine.single_trace`) is already decomposed: the retrace would redo the whole trace's
+    symbolic-shape work for an identical graph. Checked against the registry ``torch.onnx.export`` passes: any
+    other table, or a program traced the usual way, is decomposed as before. Not an upstream bug: torch.onnx
+    cannot know how the program was traced. No upstream issue applies.
+    """
+
+    def decompose_with_registry(exported_program, registry):
+        traced_with = decomposed_with(exported_program)
+        if traced_with is not None and traced_with == frozenset(_decomposition_table(registry)):
+            return exported_program
+        return original(exported_program, registry)
+
+    return decompose_with_registry
+
+
+def onnx_decomposition_table(opset: int | None) -> dict:
+    """The table ``torch.onnx.export`` decomposes with for ``opset`` and this exporter's translations (stage 4)."""
+    from torch.onnx._internal.exporter import _constants, _registration
+    from engine.onnx_translations import translation_table
+
+    # torch.onnx.export builds opsets below torchlib's own from torchlib's registry, then converts the model
+    registry = _registration.ONNXRegistry.from_torchlib(max(opset or 0, _constants.TORCHLIB_OPSET))
+    for op, translation in translation_table().items():
+        registry.register_op(op, translation, is_complex=False)
+    return _decomposition_table(registry)
+
+
+def _decomposition_table(registry) -> dict:
+    """``torch.onnx``'s decomposition table for a registry: the default decompositions of what it does not implement."""
+    from torch.onnx._internal.exporter import _decomp
+
+    return _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
+
+
 #: pristine torchlib registries, by (opset, number of ops the dispatcher knows): a newly loaded op library
 #: (torchvision, a model's custom ops) changes the count and so gets a fresh registry
 _REGISTRIES: dict[tuple[int, int], Any] = {}
@@ -491,7 +554,10 @@ def _patch_type_promotion_reads_node_values(original: Callable) -> Callable:
     the output and nodes without a stored value run as before. The pass took 0.24 to 0.95 CPU s of a tiny model's
     ``torch.onnx.export`` (Llama, T5, Whisper, BERT, FalconH1), 8 to 18 % of it; now 0.01 to 0.05 s
     (``bench/bench_onnx_patch.py --step export --timed ...insert_type_promotion_nodes``). The exported models
-    are the same byte for byte (``test_type_promotion_without_reruns_writes_the_same_model``).
+    are the same byte for byte (``test_type_promotion_without_reruns_writes_the_same_model``, on the two-pass
+    path). It also keeps single-trace programs (:mod:`engine.single_trace`) exportable: the pass runs under
+    ``backed_size_oblivious``, where re-running the ``view`` that T5's trace recorded on the transpose of the
+    attention output fails the stride check of https://github.com/pytorch/pytorch/issues/141107.
     TODO(upstream): no pytorch issue found; the pass could seed its environment from ``node.meta["val"]``.
     """
     from torch.onnx._internal.fx.passes.type_promotion import get_type_promotion_rule

@@ -45,11 +45,11 @@ def export(model, inputs, **config):
 
 
 @functools.cache
-def unoptimized_export(name: str):
+def unoptimized_export(name: str, single_trace: bool = True):
     """The dynamic, unoptimized export of an architecture, made once per test process for the tests that only read
     it (those that change a model work on a copy of it): three tests export Llama, Whisper and T5 this way."""
     tiny = TINY_MODELS[name]
-    return export(tiny.model(), tiny.inputs("trace"), dynamic=True, optimize=False)
+    return export(tiny.model(), tiny.inputs("trace"), dynamic=True, optimize=False, single_trace=single_trace)
 
 
 def check_at_run_shape(name: str, program) -> None:
@@ -287,9 +287,18 @@ def test_op_lowering_matches_eager(case):
     assert comparison.ok, str(comparison)
 
 
-def test_fx_fixes_run_again_after_decomposition(monkeypatch):
-    """Stage 2 hooks torch.onnx's decomposition step: every FX node fix sees the decomposed graph too."""
-    seen = []
+@pytest.mark.parametrize("single_trace", [False, True])
+def test_fx_fixes_run_again_after_decomposition(monkeypatch, single_trace):
+    """Stage 2 hooks torch.onnx's decomposition step: every FX node fix sees the decomposed graph too. A single
+    trace records the decomposed graph itself, which torch.onnx then leaves as it is: no retrace."""
+    seen, retraces = [], []
+    run_decompositions = torch.export.ExportedProgram.run_decompositions
+
+    def counted(program, *args, **kwargs):
+        retraces.append(program)
+        return run_decompositions(program, *args, **kwargs)
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", counted)
 
     def _fix_record_graphs(gm, node):
         if gm not in seen:
@@ -299,9 +308,12 @@ def test_fx_fixes_run_again_after_decomposition(monkeypatch):
     fixes = {**engine.patches._FX_NODE_FIXES, "onnx": [*engine.patches._FX_NODE_FIXES["onnx"], _fix_record_graphs]}
     monkeypatch.setattr(engine.patches, "_FX_NODE_FIXES", fixes)
     make, trace_inputs, *_ = OP_CASES["index_put_bool_mask"]
-    program = export(make(), trace_inputs, dynamic=True)
-    assert len(seen) == 2, "expected one pass on the exported graph and one on the decomposed graph"
-    assert seen[1] is program.exported_program.graph_module
+    program = export(make(), trace_inputs, dynamic=True, single_trace=single_trace)
+    if not single_trace:
+        assert len(seen) == 2, "expected one pass on the exported graph and one on the decomposed graph"
+    assert seen == [seen[0], program.exported_program.graph_module][: 1 if single_trace else 2]
+    assert seen[-1] is program.exported_program.graph_module
+    assert len(retraces) == (0 if single_trace else 1)
 
 
 # ─── Config, defaults and errors ─────────────────────────────────────────────────────────────────
@@ -392,8 +404,9 @@ def test_optimize_with_first_node_check_writes_the_same_model(name):
 @pytest.mark.parametrize("name", ["t5", "llama", "whisper"])
 def test_type_promotion_without_reruns_writes_the_same_model(name):
     """The type promotion pass gives the same ONNX model when it reads node values instead of re-running nodes
-    (T5 has nodes that it promotes)."""
+    (T5 has nodes that it promotes). On the two-pass path: re-running the nodes of a single-trace program fails
+    (see the patch)."""
     tiny = TINY_MODELS[name]
     with engine.patches.patch_disabled("onnx", "_patch_type_promotion_reads_node_values"):
-        without_patch = export(tiny.model(), tiny.inputs("trace"), dynamic=True, optimize=False)
-    assert comparable_bytes(unoptimized_export(name).model) == comparable_bytes(without_patch.model)
+        without_patch = export(tiny.model(), tiny.inputs("trace"), dynamic=True, optimize=False, single_trace=False)
+    assert comparable_bytes(unoptimized_export(name, single_trace=False).model) == comparable_bytes(without_patch.model)
