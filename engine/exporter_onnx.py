@@ -45,7 +45,7 @@ from engine.configs import OnnxConfig
 from engine.errors import ConfigError, ExportStageError, require
 from engine.exporter_dynamo import DynamoExporter, fake_dispatch_cache_off_while_tracing
 import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with other backends)
-from engine.patches import apply_fx_node_fixes, apply_patches, register_fx_node_fix, register_patch
+from engine.patches import apply_fx_node_fixes, apply_patches, register_fx_node_fix, register_patch, registered_patches
 from engine.prepare import model_name
 from engine.pytree import spec_leaf_names
 from engine.single_trace import decomposed_with, export_decomposed, single_trace_supported
@@ -86,7 +86,7 @@ class OnnxExporter(DynamoExporter):
                        config: OnnxConfig) -> torch.export.ExportedProgram:
         """Trace straight to the decomposed ATen IR ``torch.onnx.export`` translates (``config.single_trace``);
         ``_patch_decompose_once`` then keeps ``torch.onnx.export`` from decomposing it again."""
-        if not (config.single_trace and single_trace_supported()):
+        if not (config.single_trace and single_trace_supported() and _decompose_once_applies()):
             return super().export_program(model, inputs, dynamic_shapes, config)
         return export_decomposed(
             model,
@@ -483,6 +483,12 @@ def _patch_decompose_once(original: Callable) -> Callable:
     return decompose_with_registry
 
 
+def _decompose_once_applies() -> bool:
+    """Whether ``_patch_decompose_once`` is registered and applies to the installed versions: without it a
+    single trace would only add a pass, since torch.onnx.export would decompose the program again."""
+    return any(p.name == "_patch_decompose_once" and p.applies() for p in registered_patches("onnx"))
+
+
 def onnx_decomposition_table(opset: int | None) -> dict:
     """The table ``torch.onnx.export`` decomposes with for ``opset`` and this exporter's translations (stage 4)."""
     from torch.onnx._internal.exporter import _constants, _registration
@@ -615,7 +621,8 @@ def _fix_contiguous_as_clone(gm: torch.fx.GraphModule, node: torch.fx.Node) -> b
     and returns the transposed view, the next ``reshape`` becomes a ``view``, and decomposition fails with
     "Cannot view a tensor with shape [s0, s1, 4, 8] and strides ... as a tensor with shape (s0, s1, 32)"
     (https://github.com/pytorch/pytorch/issues/141107). A clone always materialises the layout, and ONNX has
-    no strides, so the copy costs nothing in the exported model.
+    no strides, so the copy costs nothing in the exported model. Needed on the two-pass path only
+    (``OnnxConfig(single_trace=False)``): a single trace decomposes ``contiguous()`` outside that mode.
     """
     if node.op != "call_function" or node.target is not torch.ops.aten.contiguous.default:
         return False

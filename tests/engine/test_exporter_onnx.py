@@ -16,6 +16,7 @@ import onnx
 import pytest
 import torch
 
+import engine.exporter_onnx
 import engine.patches
 from engine import (
     AutoExportConfig,
@@ -314,6 +315,21 @@ def test_fx_fixes_run_again_after_decomposition(monkeypatch, single_trace):
     assert seen == [seen[0], program.exported_program.graph_module][: 1 if single_trace else 2]
     assert seen[-1] is program.exported_program.graph_module
     assert len(retraces) == (0 if single_trace else 1)
+
+
+def test_a_single_trace_needs_the_patch_that_skips_the_retrace(monkeypatch):
+    """Without ``_patch_decompose_once`` torch.onnx.export would decompose a single-trace program again (three
+    passes over the model instead of two), so the exporter takes the usual two."""
+    single_traces = []
+    monkeypatch.setattr(engine.exporter_onnx, "export_decomposed",
+                        lambda *args, **kwargs: single_traces.append(args) or pytest.fail("traced once without the patch"))
+    make, trace_inputs, run_inputs, *_ = OP_CASES["index_put_bool_mask"]
+    module = make().eval()
+    with engine.patches.patch_disabled("onnx", "_patch_decompose_once"):
+        program = export(module, trace_inputs, dynamic=True)
+    assert not single_traces
+    comparison = compare_leaves(eager_leaves(module, run_inputs), run_exported(program, run_inputs), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
 
 
 # ─── Config, defaults and errors ─────────────────────────────────────────────────────────────────
