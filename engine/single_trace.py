@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from engine.patches import swap_attributes
+
 #: ``graph_module.meta`` key of a program traced by :func:`export_decomposed`: the ops of its table
 DECOMPOSED_WITH = "engine.decomposed_with"
 
@@ -69,20 +71,18 @@ def export_decomposed(
     def export_to_aten_ir(*args, decomp_table=None, **kw):
         return to_aten(*args, decomp_table=post_autograd_decompositions if decomp_table is None else decomp_table, **kw)
 
-    _trace._export_to_aten_ir = export_to_aten_ir  # read by name when _export builds its tracing function
-    try:
-        with _override_composite_implicit_decomp(composite_decompositions):
-            program = _trace._export(
-                model,
-                (),
-                dict(kwargs),
-                dynamic_shapes,
-                strict=strict,
-                pre_dispatch=False,
-                prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards,
-            )
-    finally:
-        _trace._export_to_aten_ir = to_aten
+    # _export reads _export_to_aten_ir by name when it builds its tracing function
+    with swap_attributes([(_trace, "_export_to_aten_ir", export_to_aten_ir)]), \
+            _override_composite_implicit_decomp(composite_decompositions):
+        program = _trace._export(
+            model,
+            (),
+            dict(kwargs),
+            dynamic_shapes,
+            strict=strict,
+            pre_dispatch=False,
+            prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards,
+        )
     program.graph_module.meta[DECOMPOSED_WITH] = frozenset(decomp_table)
     return program
 
