@@ -23,9 +23,11 @@ from typing import Any
 
 import torch
 
-from sweep import catalog, inputs, overrides, repairs
+from sweep import catalog, inputs, noise, overrides, repairs
 from sweep.errors import (CONFIG_ERROR, FORWARD_ERROR, INIT_ERROR, STAGE_ORDER, ZooError, as_missing_dependency)
 from sweep.shrink import BUDGET_PROFILES, PROFILES, Profile, implicit_default_from_error, shrink_config
+
+logger = logging.getLogger(__name__)
 
 PARAMETER_BUDGET = 5_000_000
 MISMATCH_RETRIES = 5
@@ -234,6 +236,8 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
         refined: inputs.Hints | None = None
         for candidate in inputs.candidate_inputs(model, seed, hints):
             try:
+                if "noise" in inputs.forward_parameters(model) and "noise" not in candidate:
+                    return _with_caller_noise(model, candidate, seed)
                 with torch.no_grad():
                     model(**candidate)
                 return candidate
@@ -254,6 +258,21 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
     error.all_errors = errors  # every candidate's error: a later layout may name an implicit default
     error.implicit = implicit
     raise error
+
+
+def _with_caller_noise(model: torch.nn.Module, candidate: dict[str, Any], seed: int) -> dict[str, Any]:
+    """``candidate`` (whose forward must run) plus the ``noise`` its forward would otherwise draw itself, when it
+    drew exactly one tensor and draws nothing once given it (:mod:`sweep.noise`)."""
+    value = noise.noise_for(noise.run_recording_draws(model, candidate), seed)
+    if value is None:
+        return candidate
+    given = {**candidate, "noise": value}
+    try:
+        still_drawn = noise.run_recording_draws(model, given)
+    except Exception as exc:  # noqa: BLE001 - the forward rejects it: compare as it was
+        logger.debug("%s: the forward rejects noise of shape %s: %s", type(model).__name__, tuple(value.shape), exc)
+        return candidate
+    return candidate if still_drawn else given
 
 
 # -- bring your own model -------------------------------------------------------------------------------------
