@@ -27,7 +27,7 @@ from engine.patches import apply_fx_node_fixes, apply_patches
 from engine.prepare import model_name, prepare_for_export
 from engine.pytree import get_leaf_tensors, register_pytree_nodes
 from engine.runtime import run_exported
-from engine.shapes import auto_dynamic_shapes, specialised_dims, warn_specialised
+from engine.shapes import auto_dynamic_shapes, relax_floor_derived_lower_bounds, specialised_dims, warn_specialised
 from engine.signature import flat_forward, restore_module_state
 from engine.versions import warn_on_version_drift
 
@@ -153,6 +153,12 @@ class DynamoExporter:
                 restore_fake_dispatch_cache(program)
             except Exception as e:
                 raise ExportStageError("export", name, e) from e
+
+        # ── Lower bounds: what the 0/1-specialisation floor made checked (dynamic=True specs only) ─────
+        if config.dynamic_shapes is None and config.dynamic:
+            relaxed = relax_floor_derived_lower_bounds(program)
+            if relaxed:
+                logger.debug("%s: lower bounds derived from the floor of 2 relaxed: %s", name, relaxed)
 
         # ── Specialisation report ─────────────────────────────────────────────────────────────────
         if dynamic_shapes is not None:

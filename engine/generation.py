@@ -113,8 +113,7 @@ def logits_processors(plan: GenerationPlan, values: Mapping[str, Any], prompt_le
 
 def _run(components: Mapping[str, Any], name: str, kwargs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """Run one component; a failure names it and the shapes it was given. (Each program accepts the shapes its
-    trace allowed: a decoder-only prefill served by the decode program, for one, takes no prompt shorter than
-    the decode step it was traced at, its two tokens and a cache of two.)"""
+    trace allowed: tiny Mamba2's prefill, for one, rejects prompts whose chunk count differs from the traced one.)"""
     try:
         return run_exported(components[name], kwargs)
     except Exception as e:

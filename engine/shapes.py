@@ -231,3 +231,75 @@ def warn_specialised(model_name: str, dims: list[SpecialisedDim]) -> None:
         f"dynamic_shapes to get an error naming the cause."
     )
     warnings.warn(message, SpecialisationWarning, stacklevel=4)
+
+
+# ── Lower bounds derived from the 0/1-specialisation floor ─────────────────────────────────────────
+# torch.export traces a Dim.AUTO dim as if it were >= 2 and leaves that floor unchecked: a size of 0 or 1 runs
+# the same graph (a decode step traced with two tokens takes one; over an empty cache it computes the prefill).
+# A dim tied by a guard to a sum of such dims gets the sum of their floors as a *checked* bound: a decode step's
+# attention mask, as long as the cache plus the new tokens, must be >= 2 + 2 = 4, so a one- to three-token prompt
+# was rejected over the empty cache, although each of its parts would pass.
+
+FLOOR = 2  # torch.export's unchecked lower bound of a backed dynamic dim
+
+
+def relax_floor_derived_lower_bounds(program: torch.export.ExportedProgram) -> dict[Any, tuple[int, int]]:
+    """Recomputes each input dim's lower bound above :data:`FLOOR` from the guards that imply it (or, for a dim
+    torch.export replaced by an expression of others, from that expression), with every other dim at the floor it
+    is really checked against (0); where the guards then imply no more than the floor, the dim
+    gets the floor, left unchecked like the dims it is made of. A bound a guard states on the dim alone (a
+    ``torch._check``, a kernel size) is kept. Updates ``range_constraints`` and the shape env; returns
+    ``{symbol: (old lower, new lower)}``. Only for dims whose spec was ``Dim.AUTO`` without a minimum (the
+    ``dynamic=True`` spec): an explicit ``Dim(min=...)`` is the user's bound."""
+    import sympy
+    from torch.utils._sympy.solve import try_solve
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    from engine.exporter_dynamo import program_fake_mode
+
+    fake_mode = program_fake_mode(program)
+    shape_env = getattr(fake_mode, "shape_env", None)
+    ranges = program._range_constraints
+    raised = [s for s, vr in ranges.items() if vr.lower.is_finite and int(vr.lower) > FLOOR]
+    if shape_env is None or not raised:
+        return {}
+    relaxed_ranges = {s: (ValueRanges(0, vr.upper) if vr.lower == FLOOR else vr) for s, vr in ranges.items()}
+    guards = [g.expr for g in shape_env.guards if isinstance(g.expr, sympy.Rel)]
+    changed: dict[Any, tuple[int, int]] = {}
+    for symbol in raised:
+        implied = []
+        try:
+            if not symbol.is_symbol:  # an input dim torch.export replaced by an expression of others (mask = cache + tokens)
+                implied.append(_relaxed_lower(symbol, relaxed_ranges))
+            for guard in (g for g in guards if symbol.is_symbol and symbol in g.free_symbols):
+                solved = try_solve(guard, symbol)
+                if solved is not None and isinstance(solved[0], (sympy.Ge, sympy.Gt, sympy.Eq)):
+                    lower = _relaxed_lower(solved[1], relaxed_ranges)
+                    implied.append(None if lower is None else lower + int(isinstance(solved[0], sympy.Gt)))
+        except Exception as e:  # sympy could not bound it: torch.export's bound stands
+            logger.debug("lower bound of %s kept: %s", symbol, e)
+            continue
+        if not implied or None in implied:
+            continue  # a bound we cannot read as a sum of dims: kept
+        lower = max(FLOOR, *implied)
+        old = int(ranges[symbol].lower)
+        if lower < old:
+            ranges[symbol] = ValueRanges(lower, ranges[symbol].upper)
+            if symbol in shape_env.var_to_range:
+                shape_env.var_to_range[symbol] = ValueRanges(lower, shape_env.var_to_range[symbol].upper)
+            changed[symbol] = (old, lower)
+    return changed
+
+
+def _relaxed_lower(expr: Any, relaxed_ranges: Mapping) -> int | None:
+    """The lower bound of ``expr`` with dims at their relaxed floors, when ``expr`` is a sum of dims (non-negative
+    integer multiples of symbols, plus a constant); ``None`` for anything else (a division, a product of dims), whose
+    bound is kept as torch.export derived it."""
+    import sympy
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    terms = sympy.sympify(expr).as_coefficients_dict()
+    if not all((t.is_Symbol or t == 1) and c.is_Integer and c >= 0 for t, c in terms.items()):
+        return None
+    lower = bound_sympy(expr, dict(relaxed_ranges)).lower
+    return int(lower) if lower.is_finite else None

@@ -67,6 +67,15 @@ def test_generation_matches_eager_greedy(name, cache, backend):
     got = generate(components, inputs, max_new_tokens=NEW_TOKENS)
     assert got.shape == expected.shape and torch.equal(got, expected), f"\neager:    {expected}\nexported: {got}"
 
+    if name in DECODER_ONLY:  # a one-token prompt: the decode program's prefill over the empty cache at its smallest
+        short = MODELS[name].make_inputs(2, 1, 2)
+        if cache == "static":
+            short["past_key_values"] = StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
+        with torch.no_grad():
+            expected = model.generate(**copy.deepcopy(short), do_sample=False, max_new_tokens=NEW_TOKENS)
+        got = generate(components, short, max_new_tokens=NEW_TOKENS)
+        assert torch.equal(got, expected), f"one-token prompt\neager:    {expected}\nexported: {got}"
+
 
 @pytest.mark.parametrize("name", ["llama", "t5"])
 def test_a_prompt_longer_than_the_captured_one_comes_back_whole(name):

@@ -1,5 +1,6 @@
 """``auto_dynamic_shapes``: every dim dynamic except the model's constants."""
 
+import pytest
 import torch
 import transformers as tf
 from torch.export import Dim
@@ -59,3 +60,64 @@ def test_a_cache_state_with_one_entry_per_cached_token_grows_with_the_keys():
     assert _cache_layer_spec("indexer_keys", torch.zeros(2, sequence, 16), sequence) == {0: Dim.AUTO, 1: Dim.AUTO(min=0)}
     assert _cache_layer_spec("conv_states", torch.zeros(2, 32, 4), sequence) == {0: Dim.AUTO}
     assert _cache_layer_spec("conv_states", torch.zeros(2, 32, 4), None) == {0: Dim.AUTO}
+
+
+# ── Lower bounds derived from the 0/1-specialisation floor ──────────────────────────────────────────
+
+class _MaskedStep(torch.nn.Module):
+    """A decode step's shape relation: the mask is as long as the cache plus the new tokens."""
+
+    def forward(self, tokens, cache, mask):
+        return torch.cat([cache, tokens], dim=1) * mask
+
+
+def _step_inputs(tokens: int, cache: int) -> dict:
+    return {"tokens": torch.ones(2, tokens), "cache": torch.ones(2, cache), "mask": torch.ones(2, tokens + cache)}
+
+
+def _mask_bound(program) -> int:
+    mask = next(n for n in program.graph.nodes if n.name == "mask").meta["val"]
+    return int(program.range_constraints[mask.shape[1].node.expr].lower)
+
+
+def test_a_dim_tied_to_a_sum_of_dynamic_dims_takes_their_unchecked_floor():
+    """dynamic=True: the mask's bound of 4 (2 + 2) is relaxed to the floor of 2, so one token over an empty cache
+    runs, as its parts (each >= 2 unchecked) already may; with the bound it was rejected."""
+    from engine import DynamoConfig, DynamoExporter
+
+    program = DynamoExporter().export(_MaskedStep().eval(), _step_inputs(2, 2), config=DynamoConfig(dynamic=True))
+    assert _mask_bound(program) == 2
+    short = _step_inputs(1, 0)
+    assert torch.equal(program.module()(**short), _MaskedStep()(**short))
+
+
+def test_without_the_relaxation_the_floor_sum_is_checked_and_explicit_bounds_are_kept():
+    from engine import DynamoConfig, DynamoExporter
+    from engine.shapes import relax_floor_derived_lower_bounds
+
+    auto = {"tokens": {1: Dim.AUTO}, "cache": {1: Dim.AUTO}, "mask": {1: Dim.AUTO}}
+    program = torch.export.export(_MaskedStep(), (), kwargs=_step_inputs(2, 2), dynamic_shapes=auto)
+    assert _mask_bound(program) == 4
+    with pytest.raises(AssertionError, match=r"mask.size\(\)\[1\] >= 4"):
+        program.module()(**_step_inputs(1, 0))
+    assert relax_floor_derived_lower_bounds(program) and _mask_bound(program) == 2
+
+    tokens = Dim("tokens", min=3)
+    explicit = {"tokens": {1: tokens}, "cache": {1: Dim.AUTO}, "mask": {1: Dim.AUTO}}
+    program = DynamoExporter().export(_MaskedStep().eval(), _step_inputs(3, 2), config=DynamoConfig(dynamic_shapes=explicit))
+    assert _mask_bound(program) == 5, "a user's Dim(min=...) bounds what it implies"
+
+
+def test_a_bound_stated_on_the_dim_alone_is_kept():
+    from engine.shapes import relax_floor_derived_lower_bounds
+
+    class Windowed(torch.nn.Module):
+        def forward(self, x):
+            torch._check(x.shape[1] >= 5)
+            return x.unfold(1, 5, 1).sum(-1)
+
+    program = torch.export.export(Windowed(), (torch.ones(1, 8),), dynamic_shapes=({1: Dim.AUTO},))
+    expr = next(n for n in program.graph.nodes if n.op == "placeholder").meta["val"].shape[1].node.expr
+    before = int(program.range_constraints[expr].lower)
+    relax_floor_derived_lower_bounds(program)
+    assert before >= 5 and int(program.range_constraints[expr].lower) == before
