@@ -95,13 +95,15 @@ def test_a_prompt_longer_than_the_captured_one_comes_back_whole(name):
 
 
 def test_a_prompt_outside_what_the_programs_take_is_an_error_naming_the_component():
-    """Llama's prefill runs through its decode program, traced at two new tokens over a cache of two: a two-token
-    prompt is outside the shapes it accepts (a limit of that trace, named rather than a guard's assertion)."""
+    """Llama's prefill runs through its decode program over a static cache of MAX_CACHE_LEN: a longer prompt is
+    outside the shapes it accepts, named with the component and its shapes rather than a bare guard assertion."""
     tiny = MODELS["llama"]
     model = tiny.model()
-    components = AutoExporter.export_for_generation(model, generation_inputs("llama", 0, "dynamic", model), {"dynamic": True})
-    with pytest.raises(ExportStageError, match=r"stage 'run' failed for the 'prefill' generation component \(given input_ids \(2, 2\).*Guard failed"):
-        generate(components, tiny.make_inputs(2, 2, 1), max_new_tokens=2)
+    components = AutoExporter.export_for_generation(model, generation_inputs("llama", 0, "static", model), {"dynamic": True})
+    inputs = tiny.make_inputs(2, MAX_CACHE_LEN + 4, 1)
+    inputs["past_key_values"] = StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
+    with pytest.raises(ExportStageError, match=rf"stage 'run' failed for the 'prefill' generation component \(given input_ids \(2, {MAX_CACHE_LEN + 4}\).*Guard failed"):
+        generate(components, inputs, max_new_tokens=2)
 
 
 @pytest.mark.parametrize("name", ["llama", "t5"])
