@@ -140,7 +140,8 @@ class DynamoExporter:
 
             # ── Stage 4: Dynamic shapes ───────────────────────────────────────────────────────────
             dynamic_shapes = config.dynamic_shapes
-            if dynamic_shapes is None and config.dynamic:
+            auto_shapes = dynamic_shapes is None and config.dynamic
+            if auto_shapes:
                 dynamic_shapes = auto_dynamic_shapes(inputs, getattr(model, "config", None))
 
             # ── Stage 5: Model state clean-up ─────────────────────────────────────────────────────
@@ -155,7 +156,7 @@ class DynamoExporter:
                 raise ExportStageError("export", name, e) from e
 
         # ── Lower bounds: what the 0/1-specialisation floor made checked (dynamic=True specs only) ─────
-        if config.dynamic_shapes is None and config.dynamic:
+        if auto_shapes:
             relaxed = relax_floor_derived_lower_bounds(program)
             if relaxed:
                 logger.debug("%s: lower bounds derived from the floor of 2 relaxed: %s", name, relaxed)
@@ -201,6 +202,11 @@ def program_fake_mode(program: torch.export.ExportedProgram):
         if fake_mode is not None:
             return fake_mode
     return None
+
+
+def program_shape_env(program: torch.export.ExportedProgram):
+    """The shape env of the program's fake mode (its symbols' ranges and guards); None when it has none."""
+    return getattr(program_fake_mode(program), "shape_env", None)
 
 
 @contextlib.contextmanager

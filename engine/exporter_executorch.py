@@ -38,7 +38,7 @@ from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from engine.configs import ExecutorchConfig
 from engine.errors import ConfigError, ExportStageError, MissingDependencyError, require
-from engine.exporter_dynamo import DynamoExporter, fake_dispatch_cache_off_while_decomposing, program_fake_mode
+from engine.exporter_dynamo import DynamoExporter, fake_dispatch_cache_off_while_decomposing, program_shape_env
 import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with other backends)
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches, register_fx_program_fix
 from engine.prepare import model_name, split_inputs
@@ -382,11 +382,6 @@ def _user_input_placeholders(program: torch.export.ExportedProgram) -> list[torc
     return [nodes[s.arg.name] for s in _user_input_specs(program) if isinstance(s.arg, TensorArgument)]
 
 
-def _shape_env(program: torch.export.ExportedProgram):
-    fake_mode = program_fake_mode(program)
-    return fake_mode.shape_env if fake_mode is not None else None
-
-
 @register_fx_program_fix("executorch")
 def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
     """Pattern: dynamic dims whose upper bound is ``int_oo`` (every ``Dim.AUTO`` dim no guard bounded).
@@ -403,7 +398,7 @@ def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
     Upstream: TODO: upstream issue not found (int_oo bounds are torch.export's documented Dim.AUTO behaviour).
     """
     limits: DimLimits = program.graph_module.meta.get(DIM_LIMITS_KEY) or DimLimits("model")
-    shape_env = _shape_env(program)
+    shape_env = program_shape_env(program)
     ranges = program._range_constraints
     env_ranges = shape_env.var_to_range if shape_env is not None else {}
 
@@ -483,7 +478,7 @@ def program_metadata(program: torch.export.ExportedProgram, traced_inputs: Mappi
         raise ExportStageError(
             "export", name, RuntimeError(f"{len(placeholders)} tensor inputs in the program for {len(leaves)} input leaves")
         )
-    shape_env = _shape_env(program)
+    shape_env = program_shape_env(program)
     ranges = {**(shape_env.var_to_range if shape_env is not None else {}), **program.range_constraints}
     inputs = [
         {"name": leaf, "dtype": str(node.meta["val"].dtype).removeprefix("torch."), "bounds": [_bounds(s, ranges) for s in node.meta["val"].shape]}

@@ -253,12 +253,11 @@ def relax_floor_derived_lower_bounds(program: torch.export.ExportedProgram) -> d
     ``dynamic=True`` spec): an explicit ``Dim(min=...)`` is the user's bound."""
     import sympy
     from torch.utils._sympy.solve import try_solve
-    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+    from torch.utils._sympy.value_ranges import ValueRanges
 
-    from engine.exporter_dynamo import program_fake_mode
+    from engine.exporter_dynamo import program_shape_env
 
-    fake_mode = program_fake_mode(program)
-    shape_env = getattr(fake_mode, "shape_env", None)
+    shape_env = program_shape_env(program)
     ranges = program._range_constraints
     raised = [s for s, vr in ranges.items() if vr.lower.is_finite and int(vr.lower) > FLOOR]
     if shape_env is None or not raised:
@@ -267,15 +266,16 @@ def relax_floor_derived_lower_bounds(program: torch.export.ExportedProgram) -> d
     guards = [g.expr for g in shape_env.guards if isinstance(g.expr, sympy.Rel)]
     changed: dict[Any, tuple[int, int]] = {}
     for symbol in raised:
-        implied = []
         try:
             if not symbol.is_symbol:  # an input dim torch.export replaced by an expression of others (mask = cache + tokens)
-                implied.append(_relaxed_lower(symbol, relaxed_ranges))
-            for guard in (g for g in guards if symbol.is_symbol and symbol in g.free_symbols):
-                solved = try_solve(guard, symbol)
-                if solved is not None and isinstance(solved[0], (sympy.Ge, sympy.Gt, sympy.Eq)):
-                    lower = _relaxed_lower(solved[1], relaxed_ranges)
-                    implied.append(None if lower is None else lower + int(isinstance(solved[0], sympy.Gt)))
+                implied = [_relaxed_lower(symbol, relaxed_ranges)]
+            else:  # a dim of its own, bounded by guards that tie it to others
+                implied = []
+                for guard in (g for g in guards if symbol in g.free_symbols):
+                    solved = try_solve(guard, symbol)
+                    if solved is not None and isinstance(solved[0], (sympy.Ge, sympy.Gt, sympy.Eq)):
+                        lower = _relaxed_lower(solved[1], relaxed_ranges)
+                        implied.append(None if lower is None else lower + int(isinstance(solved[0], sympy.Gt)))
         except Exception as e:  # sympy could not bound it: torch.export's bound stands
             logger.debug("lower bound of %s kept: %s", symbol, e)
             continue
@@ -295,11 +295,10 @@ def _relaxed_lower(expr: Any, relaxed_ranges: Mapping) -> int | None:
     """The lower bound of ``expr`` with dims at their relaxed floors, when ``expr`` is a sum of dims (non-negative
     integer multiples of symbols, plus a constant); ``None`` for anything else (a division, a product of dims), whose
     bound is kept as torch.export derived it."""
-    import sympy
     from torch.utils._sympy.value_ranges import bound_sympy
 
-    terms = sympy.sympify(expr).as_coefficients_dict()
+    terms = expr.as_coefficients_dict()
     if not all((t.is_Symbol or t == 1) and c.is_Integer and c >= 0 for t, c in terms.items()):
         return None
-    lower = bound_sympy(expr, dict(relaxed_ranges)).lower
+    lower = bound_sympy(expr, relaxed_ranges).lower
     return int(lower) if lower.is_finite else None

@@ -15,13 +15,10 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-#: the factories a forward draws its noise with, and how the zoo draws the same kind from a seeded generator
-_DRAWS: dict[Callable, Callable[[tuple[int, ...], torch.dtype, torch.Generator], torch.Tensor]] = {
-    torch.rand: lambda shape, dtype, gen: torch.rand(shape, generator=gen, dtype=dtype),
-    torch.rand_like: lambda shape, dtype, gen: torch.rand(shape, generator=gen, dtype=dtype),
-    torch.randn: lambda shape, dtype, gen: torch.randn(shape, generator=gen, dtype=dtype),
-    torch.randn_like: lambda shape, dtype, gen: torch.randn(shape, generator=gen, dtype=dtype),
-    torch.normal: lambda shape, dtype, gen: torch.randn(shape, generator=gen, dtype=dtype),
+#: the factories a forward draws its noise with -> the factory that draws the same kind from a seeded generator
+_DRAWS: dict[Callable, Callable[..., torch.Tensor]] = {
+    torch.rand: torch.rand, torch.rand_like: torch.rand,
+    torch.randn: torch.randn, torch.randn_like: torch.randn, torch.normal: torch.randn,
 }
 
 
@@ -51,5 +48,4 @@ def noise_for(draws: list[tuple[Callable, tuple[int, ...], torch.dtype]], seed: 
     if len(draws) != 1:
         return None
     func, shape, dtype = draws[0]
-    gen = torch.Generator().manual_seed(seed)
-    return _DRAWS[func](shape, dtype, gen)
+    return _DRAWS[func](shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)

@@ -30,12 +30,17 @@ NEW_TOKENS = 8
 MAX_CACHE_LEN = 32
 
 
-def generation_inputs(name: str, seed: int, cache: str, model) -> dict:
-    inputs = MODELS[name].inputs("trace", seed=seed)
-    inputs.pop("decoder_input_ids", None)  # generate() starts encoder-decoders from the decoder start token
+def with_cache(inputs: dict, cache: str, model) -> dict:
+    """``inputs`` with a fresh ``StaticCache`` of MAX_CACHE_LEN for ``cache="static"`` (generate() makes a dynamic one)."""
     if cache == "static":
         inputs["past_key_values"] = StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
     return inputs
+
+
+def generation_inputs(name: str, seed: int, cache: str, model) -> dict:
+    inputs = MODELS[name].inputs("trace", seed=seed)
+    inputs.pop("decoder_input_ids", None)  # generate() starts encoder-decoders from the decoder start token
+    return with_cache(inputs, cache, model)
 
 
 #: the whole matrix (36 cases) runs in CI; ExecuTorch Mamba2 is its longest case
@@ -68,9 +73,7 @@ def test_generation_matches_eager_greedy(name, cache, backend):
     assert got.shape == expected.shape and torch.equal(got, expected), f"\neager:    {expected}\nexported: {got}"
 
     if name in DECODER_ONLY:  # a one-token prompt: the decode program's prefill over the empty cache at its smallest
-        short = MODELS[name].make_inputs(2, 1, 2)
-        if cache == "static":
-            short["past_key_values"] = StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
+        short = with_cache(MODELS[name].make_inputs(2, 1, 2), cache, model)
         with torch.no_grad():
             expected = model.generate(**copy.deepcopy(short), do_sample=False, max_new_tokens=NEW_TOKENS)
         got = generate(components, short, max_new_tokens=NEW_TOKENS)
@@ -100,8 +103,7 @@ def test_a_prompt_outside_what_the_programs_take_is_an_error_naming_the_componen
     tiny = MODELS["llama"]
     model = tiny.model()
     components = AutoExporter.export_for_generation(model, generation_inputs("llama", 0, "static", model), {"dynamic": True})
-    inputs = tiny.make_inputs(2, MAX_CACHE_LEN + 4, 1)
-    inputs["past_key_values"] = StaticCache(config=model.config, max_cache_len=MAX_CACHE_LEN)
+    inputs = with_cache(tiny.make_inputs(2, MAX_CACHE_LEN + 4, 1), "static", model)
     with pytest.raises(ExportStageError, match=rf"stage 'run' failed for the 'prefill' generation component \(given input_ids \(2, {MAX_CACHE_LEN + 4}\).*Guard failed"):
         generate(components, inputs, max_new_tokens=2)
 
