@@ -7,7 +7,9 @@
 - :func:`decompose_multimodal` finds the modality encoders (``get_encoder(modality=...)``), the projector
   (canonical names), the language model (``get_decoder()``) and ``lm_head`` and records each one's kwargs in
   a single forward.
-- :func:`decompose_for_generation` combines both.
+- :func:`decompose_for_generation` combines both; for a multimodal model it captures the language model as the
+  prefill calls it (cache, positions) and learns, where it is exact, how the prefill runs through those
+  components (:class:`MultimodalPrefill`: embeddings, the feature merge, language model, ``lm_head``).
 
 What the merge learned (which kwargs carry the new tokens, which grow by one per token) is kept in a
 :class:`GenerationPlan` so :func:`engine.generate` can drive the exported components without the model.
@@ -73,6 +75,22 @@ class GenerationPlan:
     #: decode step over it; kept by ``export_for_generation`` only once the decode program reproduced the
     #: eager prefill on it (see :func:`empty_cache_leaves`)
     empty_cache: dict[str, torch.Tensor] | None = None
+    #: how a multimodal prefill runs through the reference's components (``embed_tokens``, the merge,
+    #: ``language_model``, ``lm_head``) instead of a program of its own; kept by ``export_for_generation`` only once
+    #: those programs reproduced the eager prefill (see :func:`learn_multimodal_prefill`)
+    multimodal_prefill: MultimodalPrefill | None = None
+
+
+@dataclass
+class MultimodalPrefill:
+    """The merge the reference leaves to the caller, learned from one prefill: each modality's feature rows
+    replace the embeddings of its placeholder token (``masked_scatter`` order), then ``language_model`` runs on
+    the merged embeddings with the prefill's other kwargs and ``lm_head`` reads its ``hidden`` output."""
+
+    #: encoder feed (``mm_encoder_outputs.image``) -> (placeholder token id, the feature field whose rows replace it)
+    placeholders: dict[str, tuple[int, str]]
+    #: the ``language_model`` output leaf ``lm_head`` reads
+    hidden: str
 
 
 # ─── Capture ─────────────────────────────────────────────────────────────────────────────────────
@@ -109,6 +127,7 @@ class FeatureMethod(torch.nn.Module):
         super().__init__()
         self.owner = owner
         self.method = method
+        self.train(owner.training)  # a new module starts in training mode; the owner says what is traced
 
     def forward(self, **kwargs: Any) -> Any:
         return getattr(self.owner, self.method)(**kwargs)
@@ -404,8 +423,105 @@ def decompose_for_generation(model: torch.nn.Module, inputs: Mapping[str, Any], 
     plan = plan if plan is not None else GenerationPlan()
     components = decompose_prefill_decode(model, inputs, plan)
     if is_multimodal(model):
-        # the caller's inputs (with pixels): generate() hands the prefill pre-encoded features instead
-        accepted, open_ended = accepted_input_names(model)
-        forward_inputs = {k: v for k, v in inputs.items() if open_ended or k in accepted}
-        components = {**decompose_multimodal(model, forward_inputs), **components}
+        multimodal = decompose_multimodal(model, _prefill_with_modality_inputs(model, inputs, components, plan))
+        components = {**multimodal, **components}
+        plan.multimodal_prefill = learn_multimodal_prefill(model, components, plan)
+        if plan.multimodal_prefill is not None:
+            ids = components["prefill"][1][plan.token_input]
+            components["embed_tokens"] = (model.get_input_embeddings(), {"input": ids})
+            plan.templates.update({name: components[name][1] for name in ("embed_tokens", "language_model", "lm_head")})
     return components
+
+
+def _prefill_with_modality_inputs(model: torch.nn.Module, inputs: Mapping[str, Any],
+                                  components: Mapping[str, tuple[torch.nn.Module, dict[str, Any]]],
+                                  plan: GenerationPlan) -> dict[str, Any]:
+    """The prefill's kwargs with the raw modality inputs in place of the features generate() encoded from them
+    (``pixel_values`` for ``mm_encoder_outputs``), so one forward runs the encoders and calls the language model
+    as the prefill calls it: its cache, positions and mask (generate() leaves out a mask of ones). Without
+    encoded features in the prefill, the caller's modality inputs are added as given."""
+    accepted, open_ended = accepted_input_names(model)
+    feeds = {feed.partition(".")[0] for feed in plan.encoders.values()}
+    prefill = components["prefill"][1]
+    forward_inputs = {k: v for k, v in prefill.items() if k not in feeds and k != "logits_to_keep"}
+    raw = [components[name][1] for name in plan.encoders if name.endswith("_features")] or [inputs]
+    for kwargs in raw:
+        forward_inputs.update({k: v for k, v in kwargs.items() if k not in forward_inputs and k not in OUTPUT_FLAGS
+                               and k != "return_dict" and (open_ended or k in accepted)})
+    return forward_inputs
+
+
+# ─── Multimodal prefill through the reference components ─────────────────────────────────────────
+
+
+def feature_rows(features: Any, field: str, width: int) -> torch.Tensor | None:
+    """The rows of one field of a modality's features (``pooler_output``: a tuple of per-image tensors, or a
+    single tensor; ``""``: the features are a bare tensor), concatenated as the model concatenates them."""
+    leaves = [t for name, t in get_leaf_tensors(features).items() if name.split(".", 1)[0] == field or not field]
+    if not leaves or any(t.shape[-1] != width for t in leaves):
+        return None
+    return torch.cat([t.reshape(-1, width) for t in leaves])
+
+
+def merge_features(embeds: torch.Tensor, ids: torch.Tensor, kwargs: Mapping[str, Any],
+                   placeholders: Mapping[str, tuple[int, str]]) -> torch.Tensor | None:
+    """``embeds`` with each placeholder token's rows replaced by its modality's feature rows (None if the counts differ)."""
+    merged = embeds.clone()
+    for feed, (token, field) in placeholders.items():
+        key, _, sub = feed.partition(".")
+        rows = feature_rows(kwargs[key][sub] if sub else kwargs[key], field, embeds.shape[-1])
+        mask = ids == token
+        if rows is None or int(mask.sum()) != rows.shape[0]:
+            return None
+        merged[mask] = rows.to(merged.dtype)
+    return merged
+
+
+def learn_multimodal_prefill(model: torch.nn.Module, components: Mapping[str, tuple[torch.nn.Module, dict[str, Any]]],
+                             plan: GenerationPlan) -> MultimodalPrefill | None:
+    """How the prefill runs through ``embed_tokens`` + merge + ``language_model`` + ``lm_head``, or None.
+
+    Learned eagerly from the captured calls, and only where it is exact: the language model's inputs other than
+    its embeddings are the prefill's own (the same names, equal values: positions a model computes on its own,
+    like Qwen2-VL's multimodal rotary ones, rule it out), the prompt's embeddings with each modality's feature
+    rows put in place of one token's rows give exactly the embeddings the language model received, and
+    ``lm_head`` read one of the language model's outputs. The exported programs are checked against the eager
+    prefill once they exist (``export_for_generation``)."""
+    needed = ("language_model", "lm_head", "prefill")
+    embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if not all(name in components for name in needed) or not isinstance(embed, torch.nn.Module) or not plan.encoders:
+        return None
+    language_model, lm_kwargs = components["language_model"]
+    prefill = components["prefill"][1]
+    ids, received = prefill.get(plan.token_input), lm_kwargs.get("inputs_embeds")
+    if not isinstance(ids, torch.Tensor) or not isinstance(received, torch.Tensor) or len(components["lm_head"][1]) != 1:
+        return None
+    for name, value in lm_kwargs.items():
+        if name == "inputs_embeds":
+            continue
+        if is_cache_object(value) != is_cache_object(prefill.get(name)):
+            return None
+        if isinstance(value, torch.Tensor) and not (isinstance(prefill.get(name), torch.Tensor) and torch.equal(value, prefill[name])):
+            return None
+    with torch.no_grad():
+        text = embed(ids)
+        if text.shape != received.shape:
+            return None
+        # placeholder candidates: the tokens whose rows the merge replaced
+        replaced = [int(t) for t in ids[(text != received).any(-1)].unique()]
+        placeholders = {}
+        for feed in plan.encoders.values():
+            key, _, sub = feed.partition(".")
+            features = prefill.get(key, {}).get(sub) if sub else prefill.get(key)
+            fields = sorted({name.split(".", 1)[0] for name in get_leaf_tensors(features)}) if features is not None else []
+            placeholders[feed] = next(((token, field) for token in replaced for field in fields or [""]
+                                       if merge_features(text, ids, prefill, {feed: (token, field)}) is not None), None)
+        if None in placeholders.values():
+            return None
+        merged = merge_features(text, ids, prefill, placeholders)
+        if merged is None or not torch.equal(merged, received):
+            return None
+        outputs = get_leaf_tensors(language_model(**copy.deepcopy(lm_kwargs)))
+    head_input = next(iter(components["lm_head"][1].values()))
+    hidden = next((name for name, t in outputs.items() if t.shape == head_input.shape and torch.equal(t, head_input)), None)
+    return None if hidden is None else MultimodalPrefill(placeholders, hidden)

@@ -19,7 +19,7 @@ import torch
 
 from engine.compare import compare_leaves
 from engine.configs import DynamoConfig
-from engine.decompose import GenerationPlan, prefill_through_decode
+from engine.decompose import GenerationPlan, cache_kwargs, prefill_through_decode
 from engine.errors import ExportStageError
 import engine.model_patches  # noqa: F401  (registers the model patches every exporter traces with)
 import engine.fx_fixes  # noqa: F401  (registers the node fixes, stage 6)
@@ -81,7 +81,9 @@ class DynamoExporter:
         seconds: dict[str, float] = {}
         with apply_patches("generation"):  # the capture too: templates must match what the steps compute
             parts = decompose_for_generation(model, inputs, plan)
-            for name in sorted(parts, key=lambda n: n == "prefill"):  # the decode first: it may serve the prefill
+            for name in sorted(parts, key=lambda n: n == "prefill"):  # the others first: they may serve the prefill
+                if name == "prefill" and self._multimodal_components_serve_prefill(exported, parts, plan):
+                    continue
                 if name == "prefill" and self._decode_serves_prefill(exported.get("decode"), parts, plan):
                     exported[name] = exported["decode"]
                 else:
@@ -89,7 +91,37 @@ class DynamoExporter:
                     started = time.perf_counter()
                     exported[name] = self.export(module, kwargs, config=_component_config(config, name))
                     seconds[name] = round(time.perf_counter() - started, 4)
-        return GenerationComponents({name: exported[name] for name in parts}, plan=plan, seconds=seconds)
+        return GenerationComponents({name: exported[name] for name in parts if name in exported}, plan=plan, seconds=seconds)
+
+    @staticmethod
+    def _multimodal_components_serve_prefill(exported: Mapping[str, Any], parts: Mapping[str, Any], plan: GenerationPlan) -> bool:
+        """Whether ``embed_tokens``, the merge, ``language_model`` and ``lm_head`` compute the multimodal prefill, so it
+        needs no program of its own (:class:`engine.decompose.MultimodalPrefill`).
+
+        Checked like :meth:`_decode_serves_prefill`: the exported programs run on the captured prefill and must
+        match the eager prefill's last logits and cache; otherwise ``plan.multimodal_prefill`` is dropped."""
+        if plan.multimodal_prefill is None:
+            return False
+        from engine.generation import run_multimodal_prefill
+
+        module, prefill = parts["prefill"]
+        with torch.no_grad():
+            eager = get_leaf_tensors(module(**copy.deepcopy(prefill)))
+        caches = [f"{name}." for name in cache_kwargs(prefill)]
+        expected = {k: v for k, v in eager.items() if k == "logits" or k.startswith(tuple(caches))}
+        expected["logits"] = expected["logits"][:, -1]
+        try:
+            got = run_multimodal_prefill(exported, plan, copy.deepcopy(prefill))
+            got["logits"] = got["logits"][:, -1]
+            comparison = compare_leaves(expected, {k: v for k, v in got.items() if k in expected})
+        except Exception as e:  # programs that reject the captured prefill: it is exported on its own
+            logger.debug("%s: the multimodal components do not run the prefill: %s", model_name(module), e)
+        else:
+            if comparison.ok and set(got) >= set(expected):
+                return True
+            logger.debug("%s: the multimodal components differ from the prefill: %s", model_name(module), comparison)
+        plan.multimodal_prefill = None
+        return False
 
     @staticmethod
     def _decode_serves_prefill(decode: Any, parts: Mapping[str, Any], plan: GenerationPlan) -> bool:

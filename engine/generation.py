@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from engine.decompose import GenerationPlan, cache_kwargs, prefill_through_decode
+from engine.decompose import GenerationPlan, cache_kwargs, merge_features, prefill_through_decode
 from engine.errors import ExportStageError, InputError, ModelError
 from engine.pytree import fill_leaves, get_leaf_tensors, is_cache_object
 from engine.runtime import run_exported
@@ -121,6 +121,27 @@ def _run(components: Mapping[str, Any], name: str, kwargs: Mapping[str, Any]) ->
         raise ExportStageError("run", f"the {name!r} generation component (given {shapes}, ...)", e) from e
 
 
+def run_multimodal_prefill(components: Mapping[str, Any], plan: GenerationPlan, kwargs: Mapping[str, Any]
+                           ) -> dict[str, torch.Tensor]:
+    """The prefill through the reference's multimodal components (:class:`~engine.decompose.MultimodalPrefill`):
+    the prompt embedded by ``embed_tokens``, the modality features merged in, ``language_model`` on the result with
+    the prefill's other kwargs, ``lm_head`` on its hidden states. Returns the prefill's outputs: ``logits`` and the
+    language model's other outputs (its cache)."""
+    route = plan.multimodal_prefill
+    ids = kwargs[plan.token_input]
+    embedded = next(iter(_run(components, "embed_tokens", {"input": ids}).values()))
+    merged = merge_features(torch.as_tensor(embedded), ids, kwargs, route.placeholders)
+    if merged is None:
+        raise InputError(f"the prompt's placeholder tokens {sorted(t for t, _ in route.placeholders.values())} do not match "
+                         "the number of feature rows its inputs give")
+    template = plan.templates["language_model"]
+    values = {k: v for k, v in kwargs.items() if k in template and isinstance(v, torch.Tensor)}
+    outputs = _run(components, "language_model", _fill(template, {**values, "inputs_embeds": merged}, None))
+    head_input = next(iter(plan.templates["lm_head"]))
+    logits = next(iter(_run(components, "lm_head", {head_input: outputs.pop(route.hidden)}).values()))
+    return {"logits": torch.as_tensor(logits), **outputs}
+
+
 def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config: Any = None, max_new_tokens: int = 8
              ) -> torch.Tensor:
     """Greedy decoding over ``components`` from ``export_for_generation``: the tokens of
@@ -158,9 +179,12 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
         # generate()'s convention: positions count the attended tokens of each row
         values["position_ids"] = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
     prefill_kwargs = _fill(prefill_template, values, None)
-    if plan.empty_cache is not None:  # the decode program computes the prefill over the empty cache
-        prefill_kwargs = prefill_through_decode(plan, prefill_kwargs)
-    outputs = _run(components, plan.prefill, prefill_kwargs)
+    if plan.multimodal_prefill is not None:  # the reference's multimodal components compute it
+        outputs = run_multimodal_prefill(components, plan, prefill_kwargs)
+    else:
+        if plan.empty_cache is not None:  # the decode program computes the prefill over the empty cache
+            prefill_kwargs = prefill_through_decode(plan, prefill_kwargs)
+        outputs = _run(components, plan.prefill, prefill_kwargs)
 
     decode_template = plan.templates[plan.decode]
     cache_name = next(iter(cache_kwargs(decode_template)), None)

@@ -259,7 +259,8 @@ def relax_floor_derived_lower_bounds(program: torch.export.ExportedProgram) -> d
 
     shape_env = program_shape_env(program)
     ranges = program._range_constraints
-    raised = [s for s, vr in ranges.items() if vr.lower.is_finite and int(vr.lower) > FLOOR]
+    # a plain integer bound (torch's int_oo calls itself finite and integer, but is neither sympy.Integer nor an int)
+    raised = [s for s, vr in ranges.items() if isinstance(vr.lower, sympy.Integer) and int(vr.lower) > FLOOR]
     if shape_env is None or not raised:
         return {}
     relaxed_ranges = {s: (ValueRanges(0, vr.upper) if vr.lower == FLOOR else vr) for s, vr in ranges.items()}

@@ -225,3 +225,62 @@ def test_generation_without_a_cache_feeds_the_whole_sequence_each_step():
     with torch.no_grad():
         expected = model.generate(**copy.deepcopy(inputs), do_sample=False, max_new_tokens=NEW_TOKENS)
     assert torch.equal(generate(components, inputs, max_new_tokens=NEW_TOKENS), expected)
+
+
+# ── Prefill served by the reference's multimodal components ──────────────────────────────────────
+
+def _llava_parts():
+    from engine.decompose import GenerationPlan, decompose_for_generation
+
+    model = MODELS["llava"].model()
+    plan = GenerationPlan()
+    return model, decompose_for_generation(model, generation_inputs("llava", 0, "dynamic", model), plan), plan
+
+
+def test_llava_prefill_is_learned_as_embeddings_merge_language_model_and_head():
+    """The image rows replace the image token's embeddings (LLaVA's masked_scatter), the language model is captured
+    with the prefill's cache and positions (the capture prompt is left-padded: positions are not an arange), and
+    ``lm_head`` reads its last hidden state."""
+    model, parts, plan = _llava_parts()
+    route = plan.multimodal_prefill
+    assert route is not None and route.hidden == "last_hidden_state"
+    assert route.placeholders == {"mm_encoder_outputs.image": (model.config.image_token_id, "pooler_output")}
+    assert "embed_tokens" in parts and "position_ids" in parts["language_model"][1]
+
+
+def test_a_merge_that_does_not_reproduce_the_language_models_inputs_is_not_learned():
+    """Positions the language model does not share with the prefill, or features that do not fill the placeholder
+    rows, leave the prefill to a program of its own."""
+    from engine.decompose import learn_multimodal_prefill
+
+    model, parts, plan = _llava_parts()
+    lm, kwargs = parts["language_model"]
+    shifted = {**parts, "language_model": (lm, {**kwargs, "position_ids": kwargs["position_ids"] + 1})}
+    assert learn_multimodal_prefill(model, shifted, plan) is None
+    prefill = parts["prefill"][1]
+    features = prefill["mm_encoder_outputs"]["image"]
+    fewer = copy.copy(features)
+    fewer["pooler_output"] = features["pooler_output"][:1]  # one image's rows for two images' placeholders
+    one_image = {**parts, "prefill": (parts["prefill"][0], {**prefill, "mm_encoder_outputs": {"image": fewer}})}
+    assert learn_multimodal_prefill(model, one_image, plan) is None
+
+
+def test_multimodal_prefill_falls_back_to_its_own_program_when_the_components_differ(monkeypatch):
+    """The learned route is checked on the exported programs: where they do not reproduce the eager prefill, the
+    prefill is exported and generation still gives eager's tokens."""
+    import engine.generation
+
+    def off(components, plan, kwargs):
+        outputs = run(components, plan, kwargs)
+        return {**outputs, "logits": outputs["logits"] + 1e-2}
+
+    run = engine.generation.run_multimodal_prefill
+    monkeypatch.setattr(engine.generation, "run_multimodal_prefill", off)
+    model = MODELS["llava"].model()
+    components = AutoExporter.export_for_generation(model, generation_inputs("llava", 0, "dynamic", model), {"dynamic": True})
+    assert "prefill" in components and components.plan.multimodal_prefill is None
+    monkeypatch.setattr(engine.generation, "run_multimodal_prefill", run)
+    inputs = generation_inputs("llava", 1, "dynamic", model)
+    with torch.no_grad():
+        expected = model.generate(**copy.deepcopy(inputs), do_sample=False, max_new_tokens=NEW_TOKENS)
+    assert torch.equal(generate(components, inputs, max_new_tokens=NEW_TOKENS), expected)

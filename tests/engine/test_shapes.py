@@ -121,3 +121,19 @@ def test_a_bound_stated_on_the_dim_alone_is_kept():
     before = int(program.range_constraints[expr].lower)
     relax_floor_derived_lower_bounds(program)
     assert before >= 5 and int(program.range_constraints[expr].lower) == before
+
+
+def test_an_infinite_lower_bound_is_left_alone():
+    """torch's ``int_oo`` calls itself finite and integer; a range starting there (Lfm2-VL's language model had
+    one) is no bound to relax, and once crashed the relaxation with sympy's ``int(oo)`` error."""
+    from torch.utils._sympy.numbers import int_oo
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    from engine.shapes import relax_floor_derived_lower_bounds
+
+    auto = {"tokens": {1: Dim.AUTO}, "cache": {1: Dim.AUTO}, "mask": {1: Dim.AUTO}}
+    program = torch.export.export(_MaskedStep(), (), kwargs=_step_inputs(2, 2), dynamic_shapes=auto)
+    symbol = next(iter(program.range_constraints))
+    program.range_constraints[symbol] = ValueRanges(int_oo, int_oo)
+    relaxed = relax_floor_derived_lower_bounds(program)
+    assert symbol not in relaxed and program.range_constraints[symbol].lower == int_oo
