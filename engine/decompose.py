@@ -418,7 +418,9 @@ def decompose_for_generation(model: torch.nn.Module, inputs: Mapping[str, Any], 
     """Prefill/decode (and encoder) components; a multimodal prefill is also split into its submodules.
 
     Keys: ``prefill``, ``decode`` (and ``encoder`` for encoder-decoders); for multimodal models also
-    ``<modality>_encoder``, ``multi_modal_projector``, ``language_model`` and ``lm_head``.
+    ``<modality>_encoder``, ``multi_modal_projector``, ``language_model`` and ``lm_head``, the
+    ``<modality>_features`` generate() encodes with, and ``embed_tokens`` where the prefill can run through those
+    (``plan.multimodal_prefill``).
     """
     plan = plan if plan is not None else GenerationPlan()
     components = decompose_prefill_decode(model, inputs, plan)
