@@ -58,3 +58,28 @@ def _fix_ceil_for_the_serializer(gm: torch.fx.GraphModule, node: torch.fx.Node) 
     replacement.meta.update(node.meta)
     node.replace_all_uses_with(replacement)
     return True
+
+
+@register_fx_node_fix("dynamo")
+def _fix_drop_set_grad_region_without_outputs(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Remove a ``wrap_with_set_grad_enabled`` region that returns nothing.
+
+    Pattern: a ``torch.no_grad()`` block whose results the rest of the graph never reads (Mllama's rotary embedding,
+    computed under ``@torch.no_grad()`` while every layer of a tiny config is a cross-attention layer that takes
+    none). torch.export keeps the block as a higher-order op with an empty tuple output, ``torch.export.save``
+    writes that node without its ``val``, and ``torch.export.load``'s verifier rejects the file ("Node.meta
+    wrap_with_set_grad_enabled is missing val field"). A functional region with no outputs computes nothing the
+    program returns, so the node, and then its subgraph, go. TODO: upstream issue not found.
+    """
+    if node.op != "call_function" or getattr(node.target, "__name__", "") != "wrap_with_set_grad_enabled":
+        return False
+    if node.users or node.meta.get("val", None) != ():
+        return False
+    body = node.args[1] if len(node.args) > 1 else None
+    gm.graph.erase_node(node)
+    if isinstance(body, torch.fx.Node) and body.op == "get_attr" and not body.users:
+        target = body.target
+        gm.graph.erase_node(body)
+        if not any(n.op == "get_attr" and n.target == target for n in gm.graph.nodes):
+            gm.delete_submodule(target)
+    return True

@@ -131,6 +131,26 @@ class _Windows(torch.nn.Module):
         return padded.reshape(x.shape[0], windows, 3, x.shape[2]).sum(2)
 
 
+class _UnusedNoGradBlock(torch.nn.Module):
+    """Computes something under ``torch.no_grad()`` and never uses it, as tiny Mllama's rotary embedding does."""
+
+    def forward(self, x):
+        with torch.no_grad():
+            unused = x.cos()  # noqa: F841
+        return x * 2
+
+
+def test_a_no_grad_block_without_outputs_saves_and_loads(tmp_path):
+    """torch.export keeps the block as a set-grad region returning ``()``, which torch.export.load rejected."""
+    from engine import load_program, save_program
+
+    with torch.enable_grad():
+        program = DynamoExporter().export(_UnusedNoGradBlock(), {"x": torch.randn(2, 3)}, config=DynamoConfig(dynamic=True))
+    assert not any("set_grad" in str(n.target) for n in program.graph.nodes)
+    x = torch.randn(4, 5)
+    assert torch.equal(load_program(save_program(program, tmp_path / "block.pt2")).module()(x=x), x * 2)
+
+
 def test_a_rounded_up_size_saves_and_loads(tmp_path):
     from engine import load_program, save_program
 
