@@ -83,3 +83,38 @@ def _fix_drop_set_grad_region_without_outputs(gm: torch.fx.GraphModule, node: to
         if not any(n.op == "get_attr" and n.target == target for n in gm.graph.nodes):
             gm.delete_submodule(target)
     return True
+
+
+#: node meta key marking a modulo this module already rewrote (the fixes may run over a graph twice)
+_FLOORED = "engine.floored_mod"
+
+
+@register_fx_node_fix("executorch")
+def _fix_symbolic_mod_as_floored(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make ``a % b`` of symbolic sizes ``((a % b) + b) % b``.
+
+    Pattern: a model pads a length to a multiple of a block, ``pad = (-length) % block`` (LongT5's local attention).
+    Python's ``%`` is floored (the result takes the divisor's sign: ``-24 % 128 == 104``); the ExecuTorch runtime's
+    ``executorch_prim::mod`` computes C's truncated remainder (``-24``), so LongT5's padded length came out 0, a
+    block count of 0 followed, and dividing by it killed the process (SIGFPE). ``((a % b) + b) % b`` is the floored
+    remainder under both rules, for every sign of ``a`` and ``b``. TODO: upstream issue not found
+    (``kernels/prim_ops/register_prim_ops.cpp`` computes ``a.toInt() % b.toInt()``; its floordiv is floored).
+    """
+    if node.op != "call_function" or node.target is not operator.mod or node.meta.get(_FLOORED):
+        return False
+    a, b = node.args
+    values = [x.meta.get("val") if isinstance(x, torch.fx.Node) else x for x in (a, b)]
+    if not any(isinstance(v, torch.SymInt) for v in values) or not all(isinstance(v, (int, torch.SymInt)) for v in values):
+        return False
+    graph = gm.graph
+    with graph.inserting_before(node):
+        remainder = graph.call_function(operator.mod, (a, b))
+        shifted = graph.call_function(operator.add, (remainder, b))
+        floored = graph.call_function(operator.mod, (shifted, b))
+    remainder.meta["val"] = values[0] % values[1]
+    shifted.meta["val"] = remainder.meta["val"] + values[1]
+    floored.meta.update(node.meta)
+    for rewritten in (remainder, floored):
+        rewritten.meta[_FLOORED] = True
+    node.replace_all_uses_with(floored)
+    return True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import sys
 import warnings
 
@@ -529,3 +530,29 @@ def test_lowering_that_pins_or_narrows_a_dim_is_named():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _warn_specialised_by_lowering("M", before, before)  # unchanged bounds: silent
+
+
+class _PadToBlocks(torch.nn.Module):
+    """Pads a length up to whole blocks with ``(-length) % block``, as LongT5's local attention does."""
+
+    def forward(self, x):
+        pad = (-x.shape[1]) % 4
+        padded = torch.nn.functional.pad(x, (0, 0, 0, pad))
+        return padded.reshape(x.shape[0], -1, 4, x.shape[2]).sum(2)
+
+
+def test_a_symbolic_modulo_is_floored_as_in_python():
+    """The runtime's integer ``%`` truncates (``-7 % 4 == -3``): unfixed, the padding came out negative."""
+    from engine.fx_fixes import _FLOORED
+    from engine.patches import apply_fx_node_fixes
+
+    manager = ExecutorchExporter().export(_PadToBlocks(), {"x": torch.randn(2, 7, 3)}, config=ExecutorchConfig(dynamic=True))
+    for length in (5, 6, 7, 8, 9, 12):  # whole blocks and partial ones
+        x = torch.randn(2, length, 3)
+        got = run_exported(manager, {"x": x})
+        assert torch.allclose(next(iter(got.values())), _PadToBlocks()(x)), length
+    program = ExecutorchExporter().trace(_PadToBlocks(), {"x": torch.randn(2, 7, 3)}, ExecutorchConfig(dynamic=True))
+    for _ in range(2):  # the fixes may run over a graph twice: a rewritten modulo is not wrapped again
+        apply_fx_node_fixes("executorch", program.graph_module)
+    mods = [n for n in program.graph.nodes if n.target is operator.mod]
+    assert len(mods) == 2 and all(n.meta.get(_FLOORED) for n in mods)
