@@ -118,3 +118,51 @@ def _fix_symbolic_mod_as_floored(gm: torch.fx.GraphModule, node: torch.fx.Node) 
         rewritten.meta[_FLOORED] = True
     node.replace_all_uses_with(floored)
     return True
+
+
+_CONSTANT_PADS = (torch.ops.aten.pad.default, torch.ops.aten.constant_pad_nd.default)
+
+
+@register_fx_node_fix("executorch")
+def _fix_negative_pad_as_slice(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make a constant pad with negative amounts a slice (the crop), then a pad by the positive amounts.
+
+    Pattern: a model shifts a sequence by one step with ``nn.ZeroPad2d((0, 0, 1, -1))`` (RWKV's time shift): a
+    negative pad crops that end, as torch allows. ExecuTorch's ``constant_pad_nd`` kernel rejects it ("Padding values
+    must be non-negative", 0x12 at run time). A slice from ``-left`` to ``right`` (a negative end) crops the same
+    rows. TODO: upstream issue not found (``kernels/portable/cpu/util/kernel_ops_util.cpp`` checks ``pad[i] >= 0``).
+    """
+    if node.op != "call_function" or node.target not in _CONSTANT_PADS:
+        return False
+    x, pad, *rest = node.args
+    if node.target is torch.ops.aten.pad.default:
+        mode = rest[0] if rest else node.kwargs.get("mode", "constant")
+        value = rest[1] if len(rest) > 1 else node.kwargs.get("value")
+        if mode != "constant":
+            return False
+    else:
+        value = rest[0] if rest else node.kwargs.get("value", 0)
+    value = 0.0 if value is None else value
+    current_val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    fake_mode = getattr(current_val, "fake_mode", None)
+    if fake_mode is None or not all(isinstance(p, int) for p in pad) or min(pad, default=0) >= 0:
+        return False
+    graph, current = gm.graph, x
+    carried = {k: v for k, v in node.meta.items() if k != "val"}
+    steps = []
+    for i in range(len(pad) // 2):  # pad pairs run from the last dim backwards
+        left, right = pad[2 * i], pad[2 * i + 1]
+        if left < 0 or right < 0:
+            dim = current_val.dim() - 1 - i
+            steps.append((torch.ops.aten.slice.Tensor, (dim, max(-left, 0), right if right < 0 else torch.iinfo(torch.int64).max)))
+    if any(p > 0 for p in pad):
+        steps.append((torch.ops.aten.constant_pad_nd.default, ([max(p, 0) for p in pad], value)))
+    with graph.inserting_before(node):
+        for op, args in steps:
+            current = graph.call_function(op, (current, *args))
+            with fake_mode:
+                current_val = op(current_val, *args)
+            current.meta.update(carried)
+            current.meta["val"] = current_val
+    node.replace_all_uses_with(current)
+    return True

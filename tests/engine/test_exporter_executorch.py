@@ -556,3 +556,24 @@ def test_a_symbolic_modulo_is_floored_as_in_python():
         apply_fx_node_fixes("executorch", program.graph_module)
     mods = [n for n in program.graph.nodes if n.target is operator.mod]
     assert len(mods) == 2 and all(n.meta.get(_FLOORED) for n in mods)
+
+
+class _ShiftAndCrop(torch.nn.Module):
+    """RWKV's time shift (``ZeroPad2d((0, 0, 1, -1))``: one step later, the last step cropped) and a crop of the
+    first feature with two padded after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.shift = torch.nn.ZeroPad2d((0, 0, 1, -1))
+        self.crop = torch.nn.ConstantPad1d((-1, 2), 3.0)
+
+    def forward(self, x):
+        return self.shift(x), self.crop(x)
+
+
+def test_a_negative_pad_crops_as_in_torch():
+    """The runtime's constant_pad_nd rejects negative amounts (0x12); they become slices."""
+    x = torch.randn(2, 7, 3)
+    manager = ExecutorchExporter().export(_ShiftAndCrop(), {"x": x}, config=ExecutorchConfig(dynamic=True))
+    got = list(run_exported(manager, {"x": x}).values())
+    assert all(torch.equal(g, e) for g, e in zip(got, _ShiftAndCrop()(x), strict=True))
