@@ -105,21 +105,14 @@ class DynamoExporter:
         from engine.generation import run_multimodal_prefill
 
         module, prefill = parts["prefill"]
-        with torch.no_grad():
-            eager = get_leaf_tensors(module(**copy.deepcopy(prefill)))
-        caches = [f"{name}." for name in cache_kwargs(prefill)]
-        expected = {k: v for k, v in eager.items() if k == "logits" or k.startswith(tuple(caches))}
-        expected["logits"] = expected["logits"][:, -1]
-        try:
-            got = run_multimodal_prefill(exported, plan, copy.deepcopy(prefill))
-            got["logits"] = got["logits"][:, -1]
-            comparison = compare_leaves(expected, {k: v for k, v in got.items() if k in expected})
-        except Exception as e:  # programs that reject the captured prefill: it is exported on its own
-            logger.debug("%s: the multimodal components do not run the prefill: %s", model_name(module), e)
-        else:
-            if comparison.ok and set(got) >= set(expected):
-                return True
-            logger.debug("%s: the multimodal components differ from the prefill: %s", model_name(module), comparison)
+        caches = tuple(f"{name}." for name in cache_kwargs(prefill))
+
+        def last_logits_and_cache(leaves):
+            return {k: (v[:, -1] if k == "logits" else v) for k, v in leaves.items() if k == "logits" or k.startswith(caches)}
+
+        if _reproduces_prefill("the multimodal components", module, prefill,
+                               lambda: run_multimodal_prefill(exported, plan, copy.deepcopy(prefill)), last_logits_and_cache):
+            return True
         plan.multimodal_prefill = None
         return False
 
@@ -135,17 +128,8 @@ class DynamoExporter:
         """
         module, prefill = parts["prefill"]
         kwargs = prefill_through_decode(plan, prefill) if decode is not None and module is parts["decode"][0] else None
-        if kwargs is not None:
-            with torch.no_grad():
-                expected = get_leaf_tensors(module(**copy.deepcopy(prefill)))
-            try:
-                comparison = compare_leaves(expected, run_exported(decode, kwargs))
-            except Exception as e:  # an artifact that rejects an empty cache: the prefill is exported on its own
-                logger.debug("%s: the decode program does not run the prefill: %s", model_name(module), e)
-            else:
-                if comparison.ok:
-                    return True
-                logger.debug("%s: the decode program differs from the prefill: %s", model_name(module), comparison)
+        if kwargs is not None and _reproduces_prefill("the decode program", module, prefill, lambda: run_exported(decode, kwargs)):
+            return True
         plan.empty_cache = None
         return False
 
@@ -209,6 +193,22 @@ class DynamoExporter:
             strict=config.strict,
             prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
         )
+
+
+def _reproduces_prefill(label: str, module: torch.nn.Module, prefill: Mapping[str, Any], run: Any,
+                        compared: Any = lambda leaves: leaves) -> bool:
+    """Whether ``run()`` (exported programs standing in for the prefill) gives the eager prefill's leaves, as far as
+    ``compared`` keeps them; programs that reject the captured prefill do not (the prefill is exported on its own)."""
+    with torch.no_grad():
+        expected = compared(get_leaf_tensors(module(**copy.deepcopy(prefill))))
+    try:
+        comparison = compare_leaves(expected, compared(run()))
+    except Exception as e:
+        logger.debug("%s: %s do not run the prefill: %s", model_name(module), label, e)
+        return False
+    if not comparison.ok:
+        logger.debug("%s: %s differ from the prefill: %s", model_name(module), label, comparison)
+    return comparison.ok
 
 
 # ── Fake-tensor dispatch cache ──────────────────────────────────────────────────────────────────────

@@ -48,7 +48,7 @@ import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with othe
 from engine.patches import apply_fx_node_fixes, apply_patches, register_fx_node_fix, register_patch, registered_patches
 from engine.prepare import model_name
 from engine.pytree import spec_leaf_names
-from engine.single_trace import decomposed_with, export_decomposed, single_trace_supported
+from engine.single_trace import decomposed_with, export_decomposed, loaded_op_count, single_trace_supported
 
 logger = logging.getLogger("engine")
 
@@ -514,7 +514,7 @@ def _decomposition_table(registry) -> dict:
     from torch.onnx._internal.exporter import _decomp
 
     implemented = frozenset(_decomp.get_onnx_implemented_overloads(registry))
-    key = (implemented, len(torch._C._dispatch_get_all_op_names()), len(torch._decomp.decomposition_table))
+    key = (implemented, loaded_op_count(), len(torch._decomp.decomposition_table))
     if key not in _TABLES:
         _TABLES[key] = _decomp.create_onnx_friendly_decomposition_table(set(implemented))
     return dict(_TABLES[key])
@@ -544,7 +544,7 @@ def _patch_registry_from_torchlib(original: Callable) -> Callable:
         from torch.onnx._internal.exporter import _constants, _registration
 
         opset = _constants.TORCHLIB_OPSET if opset_version is None else opset_version
-        key = (opset, len(torch._C._dispatch_get_all_op_names()))
+        key = (opset, loaded_op_count())
         if key not in _REGISTRIES:
             _REGISTRIES[key] = original(opset)
         pristine = _REGISTRIES[key]

@@ -130,7 +130,7 @@ def run_multimodal_prefill(components: Mapping[str, Any], plan: GenerationPlan, 
     route = plan.multimodal_prefill
     ids = kwargs[plan.token_input]
     embedded = next(iter(_run(components, "embed_tokens", {"input": ids}).values()))
-    merged = merge_features(torch.as_tensor(embedded), ids, kwargs, route.placeholders)
+    merged = merge_features(embedded, ids, kwargs, route.placeholders)
     if merged is None:
         raise InputError(f"the prompt's placeholder tokens {sorted(t for t, _ in route.placeholders.values())} do not match "
                          "the number of feature rows its inputs give")
@@ -139,7 +139,7 @@ def run_multimodal_prefill(components: Mapping[str, Any], plan: GenerationPlan, 
     outputs = _run(components, "language_model", _fill(template, {**values, "inputs_embeds": merged}, None))
     head_input = next(iter(plan.templates["lm_head"]))
     logits = next(iter(_run(components, "lm_head", {head_input: outputs.pop(route.hidden)}).values()))
-    return {"logits": torch.as_tensor(logits), **outputs}
+    return {"logits": logits, **outputs}
 
 
 def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config: Any = None, max_new_tokens: int = 8

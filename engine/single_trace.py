@@ -83,6 +83,12 @@ def export_decomposed(
     return program
 
 
+def loaded_op_count() -> int:
+    """How many operators the dispatcher knows: a newly loaded op library (torchvision, a model's custom ops)
+    changes it, so caches of tables built from the dispatcher's ops key on it."""
+    return len(torch._C._dispatch_get_all_op_names())
+
+
 #: split tables by (the table's entries, ops the dispatcher knows): a sweep exports with the same table again and again
 _SPLITS: dict[tuple[frozenset, int], tuple[dict, dict]] = {}
 
@@ -93,7 +99,7 @@ def _split_table(decomp_table: Mapping[Any, Callable]) -> tuple[dict, dict]:
     it is done once per table."""
     from torch.export.exported_program import _split_decomp_table_to_cia_and_python_decomp
 
-    key = (frozenset(decomp_table.items()), len(torch._C._dispatch_get_all_op_names()))
+    key = (frozenset(decomp_table.items()), loaded_op_count())
     if key not in _SPLITS:
         composite, post_autograd = _split_decomp_table_to_cia_and_python_decomp(dict(decomp_table))
         _SPLITS[key] = composite, {op: _size_oblivious(fn) for op, fn in post_autograd.items()}
