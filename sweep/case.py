@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import importlib
 import tempfile
+import sys
 import time
 import traceback
 import types
@@ -185,10 +186,14 @@ def _stand_in_exporter(path: str) -> Callable[[torch.nn.Module, dict, dict], Any
 
 def _build(spec: dict[str, Any]):
     if spec.get("model_module"):
+        if spec.get("module_path") and spec["module_path"] not in sys.path:
+            sys.path.insert(0, spec["module_path"])
         model, inputs = importlib.import_module(spec["model_module"]).SWEEP_MODELS[spec["model"]](spec.get("seed", 0))
         return LocalCase(model.eval(), inputs)
     from sweep.zoo import build_case
 
+    if spec.get("config"):  # --config PATH: the user's config, as it is, with synthesised inputs
+        return build_case(spec["class"], seed=spec.get("seed", 0), config=spec["config"])
     return build_case(spec["model"], seed=spec.get("seed", 0))
 
 

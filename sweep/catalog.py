@@ -131,6 +131,11 @@ def record(name: str) -> ClassRecord:
     )
 
 
+def classes_of_type(model_type: str) -> list[str]:
+    """Sorted names of the classes the mapping dicts list under ``model_type`` (what ``--config`` sweeps)."""
+    return sorted({name for _, listed_type, name in _listed() if listed_type == model_type})
+
+
 def mappings_of(name: str) -> tuple[str, ...]:
     """The labels of the mappings that list a class (none for an unlisted class), from the mapping dicts alone:
     ``record(name).mappings`` without :func:`catalog`'s imports (``--generate`` asks it for every selected class

@@ -2,24 +2,24 @@
 
     export-sweep matrix reports/                     # matrix.{json,md,html} from reports/results.jsonl
     export-sweep merge shard-*/ --out reports/all    # join the shards' rows into one report
-    export-sweep compare baseline/ reports/          # regressions, fixes, ...; exit 1 on regressions
+    export-sweep compare baseline/ reports/          # regressions, fixes, ...; exit 1 on regressions or missing cases
+    export-sweep skiplist reports/baseline           # draft skiplist entries for the unlisted non-passing cases
 
 Paths are row files or report folders (holding ``results.jsonl``). A corrupt line is reported on stderr with
-its file and line number and skipped (``--strict`` makes it an error). Exit codes: 0 fine, 1 regressions
-(``compare``), 2 an error (missing file, no rows, corrupt line under ``--strict``), with a one-line message.
+its file and line number and skipped (``--strict`` makes it an error). Exit codes: 0 fine, 1 regressions or
+missing cases (``compare``), 2 an error (missing file, no rows, corrupt line under ``--strict``), with a one-line message.
 Without the installed script: ``python -m sweep.cli ...``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-from sweep.results import ROWS_FILE, CorruptRow, RowFileError, case_id, latest_rows, read_rows, rows_path
+from sweep.results import ROWS_FILE, CorruptRow, RowFileError, case_id, dumps_strict, latest_rows, read_rows, rows_path
 
 PROG = "export-sweep"
 
@@ -67,7 +67,7 @@ def _write_rows_atomically(rows: list[dict], path: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results-", suffix=".jsonl")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         for row in rows:
-            f.write(json.dumps(row, sort_keys=True, default=str) + "\n")
+            f.write(dumps_strict(row, sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -105,11 +105,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     old_file, old_rows = _load(args.old, args.strict)
     new_file, new_rows = _load(args.new, args.strict)
     comparison = compare_runs(old_rows, new_rows, old_label=str(old_file), new_label=str(new_file),
-                              time_threshold=args.time_threshold, min_seconds=args.min_seconds)
+                              time_threshold=args.time_threshold, min_seconds=args.min_seconds,
+                              subset=True if args.subset else None)
     paths = write_comparison(comparison, Path(args.out) if args.out else new_file.parent)
-    print(("REGRESSIONS: " if comparison.regressions else "ok: ") + headline(comparison))
+    verdict = ("REGRESSIONS: " if comparison.regressions else "MISSING CASES: ") if comparison.exit_code else "ok: "
+    print(verdict + headline(comparison))
     for change in comparison.regressions[:20]:
         print(f"  regression: {change.case}: {change.old} -> {change.new} ({change.category})")
+    for case in comparison.missing[:20]:
+        print(f"  missing: {case} (in {old_file}, not in {new_file}; --subset compares only common cases)")
     _say(paths)
     return comparison.exit_code
 
@@ -135,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.set_defaults(func=cmd_merge)
 
-    p = sub.add_parser("compare", help="compare two runs; exit 1 on regressions (pass -> fail/discrepancy/...)")
+    p = sub.add_parser("compare", help="compare two runs; exit 1 on regressions (pass -> fail/discrepancy/...) "
+                                       "or cases missing from the new run")
     p.add_argument("old", metavar="OLD", help="row file or report folder of the earlier run (e.g. the baseline)")
     p.add_argument("new", metavar="NEW", help="row file or report folder of the later run")
     p.add_argument("--out", help="folder for compare.md, compare.html, compare.json (default: NEW's folder)")
@@ -143,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="report cases whose wall time changed by more than this fraction (default 0.5 = 50%%)")
     p.add_argument("--min-seconds", type=float, default=5.0,
                    help="... and by at least this many seconds (default 5)")
+    p.add_argument("--subset", action="store_true",
+                   help="NEW covers only some of OLD's cases: compare the common ones (automatic when NEW's rows "
+                        "come from a sweep of some classes only); otherwise a case missing from NEW fails")
     common(p)
     p.set_defaults(func=cmd_compare)
     return parser

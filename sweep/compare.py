@@ -5,20 +5,27 @@ case that passed before and now ends in fail, discrepancy, timeout or crash; a *
 non-passing status before, pass now). Other status changes and changed failure causes are listed apart, as are
 model classes that appear or disappear, cases whose wall time moved beyond a relative threshold (and an
 absolute floor, so that noise on fast cases stays out), and packages whose installed version moved.
-``export-sweep compare`` exits non-zero when there is a regression, for CI gating.
+
+A case of the old run that the new run lacks is *missing*, and counts like a regression, unless the new run is a
+*subset*: declared (``subset=True``, ``--subset``) or recorded by its rows (a sweep of some classes only, e.g.
+``--models=BertModel``: its rows carry ``selection``). A subset comparison compares the common cases and says in one
+line how many cases of the old run were not run. ``export-sweep compare`` exits non-zero on a regression or a
+missing case, for CI gating. The Markdown lists at most :data:`MARKDOWN_ROWS` rows per section, for a PR comment;
+``compare.html`` and ``compare.json`` hold everything.
 """
 
 from __future__ import annotations
 
 import html
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sweep.categories import categorize, first_line
 from sweep.matrix import NOT_PASSING, _md
-from sweep.results import case_id, latest_rows
+from sweep.results import case_id, dumps_strict, latest_rows
+
+MARKDOWN_ROWS = 25  # rows per section in compare.md (a PR comment); compare.html has them all
 
 
 @dataclass
@@ -60,10 +67,13 @@ class Comparison:
     versions: list[dict[str, Any]] = field(default_factory=list)  # packages whose installed version moved
     time_threshold: float = 0.5
     min_seconds: float = 5.0
+    subset: bool = False  # only the cases both runs have were compared
+    not_run: int = 0  # subset: cases of the old run the new one did not run
+    missing: list[str] = field(default_factory=list)  # not a subset: old cases the new run lacks
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.regressions else 0
+        return 1 if self.regressions or self.missing else 0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -92,18 +102,33 @@ def _change(cid: str, old: dict | None, new: dict) -> Change:
                   categorize(new), (first_line(new.get("error")) or "")[:300] or None)
 
 
+def is_partial_run(rows: list[dict]) -> bool:
+    """Whether the rows come from a sweep of some classes only (``--models`` other than ``all``)."""
+    return any(r.get("selection") not in (None, "all") for r in rows)
+
+
 def compare_runs(old_rows: list[dict], new_rows: list[dict], *, old_label: str = "old", new_label: str = "new",
-                 time_threshold: float = 0.5, min_seconds: float = 5.0) -> Comparison:
-    """Compare two runs' rows. Time changes: ``|new - old| >= min_seconds`` and a ratio beyond ``1 + time_threshold``."""
+                 time_threshold: float = 0.5, min_seconds: float = 5.0, subset: bool | None = None) -> Comparison:
+    """Compare two runs' rows. Time changes: ``|new - old| >= min_seconds`` and a ratio beyond ``1 + time_threshold``.
+
+    ``subset``: compare only the common cases (``None``: when the new rows say they are a partial run)."""
     old = {case_id(r): r for r in latest_rows(old_rows)}
     new = {case_id(r): r for r in latest_rows(new_rows)}
-    result = Comparison(old_label, new_label, len(old), len(new), time_threshold=time_threshold, min_seconds=min_seconds)
+    if subset is None:
+        subset = is_partial_run(list(new.values()))
+    result = Comparison(old_label, new_label, len(old), len(new), time_threshold=time_threshold,
+                        min_seconds=min_seconds, subset=subset)
     old_models = {r["model"] for r in old.values()}
     new_models = {r["model"] for r in new.values()}
     result.new_classes = sorted(new_models - old_models)
-    result.gone_classes = sorted(old_models - new_models)
+    gone = sorted(old.keys() - new.keys())
+    if subset:
+        result.not_run = len(gone)
+    else:
+        result.gone_classes = sorted(old_models - new_models)
+        result.missing = gone
     result.new_cases_list = sorted(c for c in new.keys() - old.keys() if new[c]["model"] in old_models)
-    result.gone_cases_list = sorted(c for c in old.keys() - new.keys() if old[c]["model"] in new_models)
+    result.gone_cases_list = [] if subset else sorted(c for c in gone if old[c]["model"] in new_models)
     for cid in sorted(old.keys() & new.keys()):
         before, after = old[cid], new[cid]
         if before["status"] == "pass" and after["status"] in NOT_PASSING:
@@ -127,9 +152,12 @@ def compare_runs(old_rows: list[dict], new_rows: list[dict], *, old_label: str =
 # ─── Rendering ───────────────────────────────────────────────────────────────────────────────────
 
 def headline(c: Comparison) -> str:
-    return (f"{len(c.regressions)} regressions, {len(c.fixes)} fixes, {len(c.changed)} other changes, "
-            f"{len(c.new_classes)} new classes, {len(c.gone_classes)} gone classes, "
+    text = (f"{len(c.regressions)} regressions, {len(c.missing)} missing cases, {len(c.fixes)} fixes, "
+            f"{len(c.changed)} other changes, {len(c.new_classes)} new classes, {len(c.gone_classes)} gone classes, "
             f"{len(c.time_changes)} time changes")
+    if c.subset:
+        text += f"; subset: {c.not_run} cases of the old run were not run"
+    return text
 
 
 def _sections(c: Comparison) -> list[tuple[str, list[str], list[list[Any]]]]:
@@ -143,6 +171,7 @@ def _sections(c: Comparison) -> list[tuple[str, list[str], list[list[Any]]]]:
     sections = [
         ("Versions that moved", ["package", "before", "now"], [[v["package"], v["old"] or "–", v["new"] or "–"] for v in c.versions]),
         ("Regressions (pass → not passing)", change_headers, change_rows(c.regressions)),
+        ("Missing cases (in the old run, not in the new one)", ["case"], [[x] for x in c.missing]),
         ("Fixes (now passing)", change_headers, change_rows(c.fixes)),
         ("Other changes (status or cause)", change_headers, change_rows(c.changed)),
         ("New classes", ["model class"], [[m] for m in c.new_classes]),
@@ -156,13 +185,15 @@ def _sections(c: Comparison) -> list[tuple[str, list[str], list[list[Any]]]]:
 
 
 def to_markdown(c: Comparison) -> str:
-    verdict = "❌ **regressions**" if c.regressions else "✅ no regressions"
+    verdict = ("❌ **regressions**" if c.regressions else "❌ **missing cases**") if c.exit_code else "✅ no regressions"
     lines = ["# export-sweep compare", "", f"`{c.old_label}` ({c.old_cases} cases) → `{c.new_label}` ({c.new_cases} cases)",
              "", f"{verdict}: {headline(c)}."]
     for title, headers, rows in _sections(c):
         lines += ["", f"## {title} ({len(rows)})", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        for row in rows:
+        for row in rows[:MARKDOWN_ROWS]:
             lines.append("| " + " | ".join(_md(x) for x in row) + " |")
+        if len(rows) > MARKDOWN_ROWS:
+            lines += ["", f"… and {len(rows) - MARKDOWN_ROWS} more (compare.html, compare.json)."]
     return "\n".join(lines) + "\n"
 
 
@@ -170,8 +201,8 @@ def to_html(c: Comparison) -> str:
     from sweep.html import static_page
 
     esc = html.escape
-    verdict = ('<div class="banner drift" id="verdict">regressions: ' if c.regressions
-               else '<div class="banner ok" id="verdict">no regressions: ')
+    verdict = ('<div class="banner drift" id="verdict">' + ("regressions: " if c.regressions else "missing cases: ")
+               if c.exit_code else '<div class="banner ok" id="verdict">no regressions: ')
     body = [f"<p><code>{esc(c.old_label)}</code> ({c.old_cases} cases) → <code>{esc(c.new_label)}</code> "
             f"({c.new_cases} cases)</p>", f"{verdict}{esc(headline(c))}</div>"]
     for title, headers, rows in _sections(c):
@@ -188,5 +219,5 @@ def write_comparison(c: Comparison, directory: Path) -> dict[str, Path]:
     paths = {"md": directory / "compare.md", "html": directory / "compare.html", "json": directory / "compare.json"}
     paths["md"].write_text(to_markdown(c))
     paths["html"].write_text(to_html(c))
-    paths["json"].write_text(json.dumps(c.to_json(), indent=1, sort_keys=True, default=str))
+    paths["json"].write_text(dumps_strict(c.to_json(), indent=1, sort_keys=True))
     return paths

@@ -1,16 +1,21 @@
 """pytest plugin: one test case per (model class, backend, shapes), each run isolated, each a result row.
 
-    pytest --pyargs sweep --backend=onnx,executorch --models='Llama*,@my_models.txt' -n 16
+    pytest --backend=onnx,executorch --models='Llama*,@my_models.txt' -n 16
+
+With a sweep option (``--backend``, ``--models``, ``--model-module``, ``--config``, ``--generate``) and no path
+arguments, ``pytest`` collects the sweep itself (:mod:`sweep.test_export`), from any folder, whatever the folder's
+own ``testpaths``; explicit paths keep their meaning (``pytest tests --backend=...`` runs ``tests``), and
+``pytest --pyargs sweep`` still works. Without a sweep option the plugin stays out of the way of other suites.
 
 Options are declared here with the hooks that use them; the work is delegated to :mod:`sweep.selection`,
 :mod:`sweep.skiplist`, :mod:`sweep.isolation`, :mod:`sweep.case` and :mod:`sweep.results`.
-The plugin is active when the sweep's test module is collected (``--pyargs sweep``, ``sweep/``) or when a
-sweep option is given; otherwise it stays out of the way of other test suites.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -28,7 +33,8 @@ DEFAULT_SKIPLISTS = Path(__file__).resolve().parent.parent / "skiplists"
 # ─── Options ─────────────────────────────────────────────────────────────────────────────────────
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("export-sweep", "export every transformers model class and compare with eager")
+    group = parser.getgroup("export-sweep", "export every transformers model class and compare with eager "
+                            "(with any of these options and no path arguments, pytest runs the sweep)")
     group.addoption("--backend", action="append", default=None,
                     help="eager, dynamo, onnx, executorch or all; repeat or comma-separate (default: dynamo)")
     group.addoption("--models", default=None,
@@ -41,6 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--report-dir", default="reports", help="where results.jsonl and the matrices go (default reports/)")
     group.addoption("--skiplist-dir", default=str(DEFAULT_SKIPLISTS), help="folder of the skiplist YAML files")
     group.addoption("--run-skipped", action="store_true", help="run skiplisted cases; report entries that now pass")
+    group.addoption("--strict-skiplists", action="store_true",
+                    help="with --run-skipped: a skiplist entry whose case now passes (stale) fails the run")
     group.addoption("--shard", default=None, metavar="I/N",
                     help="run part I of N of the cases (deterministic by case id; join the parts with export-sweep merge)")
     group.addoption("--resume", action="store_true",
@@ -49,7 +57,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="also export each generative class for generation and compare engine.generate's greedy "
                          "tokens with eager generate (cases Model-backend-generate)")
     group.addoption("--model-module", action="append", default=[],
-                    help="import NAME and sweep the models in its SWEEP_MODELS dict {name: build(seed) -> (model, inputs)}")
+                    help="import NAME (found in the current folder too) and sweep the models in its SWEEP_MODELS "
+                         "dict {name: build(seed) -> (model, inputs)}; repeatable")
+    group.addoption("--config", action="append", default=[], dest="sweep_configs", metavar="PATH",
+                    help="a folder with config.json (or the file): sweep every class of its model type, built from "
+                         "it with synthesised inputs, offline; repeatable. With only --config/--model-module models, "
+                         "--models defaults to them")
 
 
 @dataclass
@@ -63,11 +76,13 @@ class SweepSettings:
     report_dir: Path
     run_skipped: bool
     skiplists: Any
-    local_models: dict[str, str]  # model name -> module providing it (--model-module)
+    local_models: dict[str, dict]  # model name -> spec keys that build it (--model-module, --config)
     shard: tuple[int, int] | None = None  # (i, n) of --shard i/n
     generate: bool = False
     resume: bool = False
     done: set[str] = field(default_factory=set)  # --resume: case ids already in the row file
+    selection: str = "all"  # what --models selected; rows record it (compare treats a partial run as a subset)
+    strict_skiplists: bool = False
     rows: list[dict] = field(default_factory=list)  # controller side: rows seen this session
 
     @property
@@ -77,8 +92,14 @@ class SweepSettings:
         return self.report_dir / ROWS_FILE
 
 
+def _sweep_option_given(config: pytest.Config) -> bool:
+    opt = config.option
+    return (opt.models is not None or opt.backend is not None or bool(opt.model_module) or bool(opt.sweep_configs)
+            or opt.generate)
+
+
 def _sweep_requested(config: pytest.Config) -> bool:
-    if config.option.models is not None or config.option.backend is not None:
+    if _sweep_option_given(config):
         return True
     package = Path(__file__).resolve().parent
     for arg in config.args:
@@ -101,6 +122,7 @@ def _parse_backends(values: list[str] | None) -> tuple[str, ...]:
 
 
 def _settings(config: pytest.Config) -> SweepSettings:
+    from sweep import catalog
     from sweep.selection import SelectionError, is_known_class, resolve_models
     from sweep.skiplist import SkiplistError, load_skiplists
 
@@ -109,31 +131,50 @@ def _settings(config: pytest.Config) -> SweepSettings:
     if opt.shapes not in SHAPES:
         raise pytest.UsageError(f"--shapes {opt.shapes!r}: choose dynamic, static or both")
     for name in ("atol", "rtol"):
-        if getattr(opt, name) < 0:
-            raise pytest.UsageError(f"--{name} must be >= 0, got {getattr(opt, name)}")
-    if opt.case_timeout <= 0:
-        raise pytest.UsageError(f"--case-timeout must be > 0 seconds, got {opt.case_timeout}")
-    local = _local_models(opt.model_module)
+        value = getattr(opt, name)
+        if not math.isfinite(value) or value < 0:
+            raise pytest.UsageError(f"--{name} must be a finite number >= 0, got {value}")
+    if not math.isfinite(opt.case_timeout) or opt.case_timeout <= 0:
+        raise pytest.UsageError(f"--case-timeout must be a finite number of seconds > 0, got {opt.case_timeout}")
+    skiplist_dir = _invocation_path(config, opt.skiplist_dir)
+    if not skiplist_dir.is_dir():
+        raise pytest.UsageError(f"--skiplist-dir {opt.skiplist_dir}: no such folder (it holds export_skip.yaml, "
+                                "onnx_disable_optimize.yaml and generate_skip.yaml; default: the project's skiplists/)")
+    if opt.strict_skiplists and not opt.run_skipped:
+        raise pytest.UsageError("--strict-skiplists needs --run-skipped (listed cases must run to be found stale)")
+    local = {**_local_models(config, opt.model_module), **_config_models(config, opt.sweep_configs)}
     from sweep.shard import ShardError, parse_shard
 
     try:
         shard = parse_shard(opt.shard) if opt.shard is not None else None
     except ShardError as e:
         raise pytest.UsageError(str(e)) from None
+    # only local models given (--model-module/--config): they are the selection, not the whole catalog
+    selection = opt.models or (",".join(sorted(local)) if local else "all")
     try:
-        models = resolve_models(opt.models or "all", extra=local)
-        skiplists = load_skiplists(Path(opt.skiplist_dir), lambda name: name in local or is_known_class(name))
+        models = resolve_models(selection, extra=local)
+        skiplists = load_skiplists(skiplist_dir, lambda name: name in local or is_known_class(name),
+                                   lambda: [*catalog.all_classes(), *local])
     except (SelectionError, SkiplistError) as e:
         raise pytest.UsageError(str(e)) from None
     return SweepSettings(backends, models, SHAPES[opt.shapes], opt.atol, opt.rtol, opt.case_timeout,
-                         Path(opt.report_dir), opt.run_skipped, skiplists, local, shard=shard, resume=opt.resume,
-                         generate=opt.generate)
+                         _invocation_path(config, opt.report_dir), opt.run_skipped, skiplists, local, shard=shard,
+                         resume=opt.resume, generate=opt.generate, selection=selection,
+                         strict_skiplists=opt.strict_skiplists)
 
 
-def _local_models(modules: list[str]) -> dict[str, str]:
+def _invocation_path(config: pytest.Config, path: str) -> Path:
+    """A path option relative to the folder pytest was invoked from (not the rootdir, not a worker's cwd)."""
+    return Path(config.invocation_params.dir, os.path.expanduser(path))
+
+
+def _local_models(config: pytest.Config, modules: list[str]) -> dict[str, dict]:
     import importlib
 
-    local: dict[str, str] = {}
+    here = str(config.invocation_params.dir)
+    if modules and here not in sys.path:  # the `pytest` script, unlike `python -m pytest`, leaves cwd off sys.path
+        sys.path.insert(0, here)
+    local: dict[str, dict] = {}
     for name in modules:
         try:
             module = importlib.import_module(name)
@@ -142,7 +183,32 @@ def _local_models(modules: list[str]) -> dict[str, str]:
         models = getattr(module, "SWEEP_MODELS", None)
         if not isinstance(models, dict) or not models:
             raise pytest.UsageError(f"--model-module {name}: define SWEEP_MODELS = {{name: build(seed) -> (model, inputs)}}")
-        local.update(dict.fromkeys(models, name))
+        local.update({model: {"model_module": name, "module_path": here} for model in models})
+    return local
+
+
+def _config_models(config: pytest.Config, paths: list[str]) -> dict[str, dict]:
+    """``--config PATH``: every catalogued class of the config's model type, as ``Class@<folder name>``."""
+    local: dict[str, dict] = {}
+    for given in paths:
+        path = _invocation_path(config, given).resolve()
+        file = path / "config.json" if path.is_dir() else path
+        if not file.is_file():
+            raise pytest.UsageError(f"--config {given}: no such file {file} (give a folder with config.json, or the file)")
+        try:
+            import json
+
+            model_type = json.loads(file.read_text()).get("model_type")
+        except (ValueError, AttributeError) as e:
+            raise pytest.UsageError(f"--config {given}: {file} is not a JSON object: {e}") from None
+        from sweep.catalog import classes_of_type
+
+        classes = classes_of_type(model_type) if isinstance(model_type, str) else []
+        if not classes:
+            raise pytest.UsageError(f"--config {given}: model_type {model_type!r} has no model class in transformers' "
+                                    "auto mappings (a config.json names its model_type, e.g. \"llama\")")
+        label = (path if path.is_dir() else path.parent).name or "config"
+        local.update({f"{cls}@{label}": {"config": str(path), "class": cls} for cls in classes})
     return local
 
 
@@ -154,24 +220,21 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{backend}: export-sweep case on the {backend} backend")
     if not _sweep_requested(config):
         return
+    if _sweep_option_given(config) and config.args_source != pytest.Config.ArgsSource.ARGS:
+        # the headline command: sweep options and no paths collect the sweep, not the folder's own tests
+        config.args = [str(Path(__file__).resolve().with_name("test_export.py"))]
     settings = _settings(config)
     config.stash[_SETTINGS] = settings
     if hasattr(config, "workerinput"):  # the controller decided what is done (see pytest_configure_node)
         settings.done = set(config.workerinput.get("sweep_done", ()))
         return
-    # The controller runs before any worker starts. Without --resume the session starts afresh: the whole
-    # row file, or with --shard only this shard's rows (shards may share a report folder).
-    from sweep.results import case_id, drop_rows, read_rows
-    from sweep.shard import shard_of
+    # Rows are never deleted: every run appends, and a case's latest row is its result (sweep.results). So two
+    # sweeps sharing a folder, --lf, -k and --collect-only keep every other case's row. --resume skips the cases
+    # that already have one.
+    from sweep.results import case_id, read_rows
 
-    if settings.resume:
-        if settings.rows_path.is_file():
-            settings.done = {case_id(r) for r in read_rows(settings.rows_path, on_corrupt=_warn_corrupt(config))}
-    elif settings.shard:
-        index, count = settings.shard
-        drop_rows(settings.rows_path, lambda row: shard_of(case_id(row), count) == index)
-    else:
-        settings.rows_path.unlink(missing_ok=True)
+    if settings.resume and settings.rows_path.is_file():
+        settings.done = {case_id(r) for r in read_rows(settings.rows_path, on_corrupt=_warn_corrupt(config))}
 
 
 def _warn_corrupt(config: pytest.Config):
@@ -195,11 +258,12 @@ GENERATIVE_MAPPINGS = frozenset({"causal_lm", "seq_to_seq_causal_lm", "speech_se
 
 
 def _is_generative(model: str, settings: SweepSettings) -> bool:
-    if model in settings.local_models:
+    local = settings.local_models.get(model)
+    if local is not None and "class" not in local:  # a --model-module model: no generate() we know of
         return False
     from sweep.catalog import mappings_of
 
-    return bool(GENERATIVE_MAPPINGS.intersection(mappings_of(model)))
+    return bool(GENERATIVE_MAPPINGS.intersection(mappings_of(local["class"] if local else model)))
 
 
 def _cases(settings: SweepSettings) -> list:
@@ -215,8 +279,7 @@ def _cases(settings: SweepSettings) -> list:
             for shapes in shapes_run:
                 spec = {"model": model, "backend": backend, "shapes": shapes, "atol": settings.atol,
                         "rtol": settings.rtol, "seed": 0}
-                if model in settings.local_models:
-                    spec["model_module"] = settings.local_models[model]
+                spec.update(settings.local_models.get(model, {}))
                 marks = [getattr(pytest.mark, backend)]
                 skip = settings.skiplists.find("generate_skip" if shapes == GENERATE else "export_skip", model, backend)
                 if skip is not None:  # skipped when the case runs, so that its row says why
@@ -300,7 +363,8 @@ def sweep_run(request: pytest.FixtureRequest):
             "started": started, "wall_seconds": round(time.time() - started, 3),
             "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
             "versions": _versions(), "pinned": pinned_versions(), "skiplist": spec.get("skiplist"),
-            "shard": "{}/{}".format(*settings.shard) if settings.shard else None, **result,
+            "shard": "{}/{}".format(*settings.shard) if settings.shard else None, "selection": settings.selection,
+            **result,
         }
         row["error_line"] = first_line(row.get("error"))
         row["category"] = categorize(row)
@@ -312,11 +376,34 @@ def sweep_run(request: pytest.FixtureRequest):
         if status == "skip":
             pytest.skip(row.get("skip_reason", "skipped"))
         if status != "pass":
-            where = f" in stage '{row['stage']}'" if row.get("stage") else ""
-            pytest.fail(f"{status}{where}: {row.get('error', '')}\n{row.get('traceback', '')}".rstrip(), pytrace=False)
+            pytest.fail(failure_summary(row, request.config.option.tbstyle, settings.rows_path), pytrace=False)
         return row
 
     return run
+
+
+#: lines of the error message shown per failing case at the default --tb=auto (--tb=short: 3, line: 1)
+ERROR_LINES = {"line": 1, "short": 3, "auto": 8, "native": 8, "long": 8}
+
+
+def failure_summary(row: dict, tbstyle: str, rows_path: Path) -> str:
+    """What the terminal shows for a failing case: class, backend, stage, category, the error's first lines and
+    how to list it as known; ``--tb=long`` adds the child's traceback. The full error stays in the row."""
+    from sweep.categories import _ANSI
+
+    error_lines = [line for line in _ANSI.sub("", str(row.get("error") or "")).splitlines() if line.strip()]
+    if tbstyle == "line":
+        return f"{row['status']} in {row.get('stage') or '?'}: {error_lines[0] if error_lines else ''}"
+    shown = error_lines[: ERROR_LINES.get(tbstyle, 8)]
+    lines = [f"{row['status']}: {row['model']} on {row['backend']} ({row['shapes']}), stage {row.get('stage') or '?'}",
+             f"category: {row.get('category') or '-'}", *(f"  {line}" for line in shown)]
+    if len(error_lines) > len(shown):
+        lines.append(f"  ... {len(error_lines) - len(shown)} more lines in the row ({rows_path})")
+    if tbstyle in ("long", "native") and row.get("traceback"):
+        lines += ["traceback (child process):", _ANSI.sub("", row["traceback"]).rstrip()]
+    lines.append(f"known failure? list it in skiplists/export_skip.yaml with its cause and upstream link "
+                 f"(draft: export-sweep skiplist {rows_path.parent})")
+    return "\n".join(lines)
 
 
 # ─── Reporting ───────────────────────────────────────────────────────────────────────────────────
@@ -327,6 +414,20 @@ _ROWS_SEEN: list[dict] = []  # on the controller: every row reported this sessio
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call":
         _ROWS_SEEN.extend(row for key, row in report.user_properties if key == "sweep_row")
+
+
+def _stale_entries(rows: list[dict]) -> list[str]:
+    return sorted({r["skiplist"] for r in rows if r.get("skiplist") and r["status"] == "pass"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """--strict-skiplists: a skiplist entry whose case passes now fails the run (the lists stay honest)."""
+    settings = session.config.stash.get(_SETTINGS, None)
+    if settings is None or hasattr(session.config, "workerinput") or not settings.strict_skiplists:
+        return
+    if _stale_entries(_ROWS_SEEN) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -349,12 +450,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         if backend in counts:
             c = counts[backend]
             tr.write_line(f"{backend:<12}" + "".join(f"{c[s]:>13}" for s in STATUSES) + f"{sum(c.values()):>8}")
-    stale = sorted({r["skiplist"] for r in rows if r.get("skiplist") and r["status"] == "pass"})
+    stale = _stale_entries(rows)
     if stale:
-        tr.write_line(f"stale skiplist entries (the case now passes): {len(stale)}")
+        tr.write_line(f"stale skiplist entries (the case now passes): {len(stale)}"
+                      + (" -- failing the run (--strict-skiplists)" if settings.strict_skiplists else ""),
+                      red=settings.strict_skiplists, yellow=not settings.strict_skiplists)
         for entry in stale:
             tr.write_line(f"  {entry}")
-    from sweep.matrix import write_matrix
+    from sweep.matrix import versions_table, write_matrix
+
+    drift = [v for v in versions_table(rows) if v["state"] != "ok"]
+    if drift:
+        listing = ", ".join(f"{v['package']} {'/'.join(v['installed']) or 'not installed'} (pinned {v['pinned']})"
+                            for v in drift)
+        tr.write_line(f"version drift: {listing}; results may differ from the baseline", yellow=True)
     from sweep.results import read_rows
 
     def corrupt(problem) -> None:

@@ -1,7 +1,8 @@
 """Result rows: one JSON object per case, appended to ``results.jsonl`` before the next case starts.
 
-Appends from many processes (xdist workers, machines sharing a folder) never interleave: each row is one
-``write`` of one line under an exclusive ``flock``, followed by ``fsync``. Reading is strict about what a row
+Appends from many processes (xdist workers, sweeps sharing a folder) never interleave: each row is one
+``write`` of one line under an exclusive ``flock``, followed by ``fsync``. Nothing ever deletes rows: a case run
+again gets a newer row. Reading is strict about what a row
 is (a JSON object with ``model``, ``backend`` and ``status``) and names the line of anything else.
 A row file may hold several rows of one case (a resumed or re-run shard): :func:`latest_rows` keeps the last.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,41 @@ from typing import Any
 
 ROWS_FILE = "results.jsonl"
 REQUIRED = ("model", "backend", "status")
+
+# ─── Strict JSON ─────────────────────────────────────────────────────────────────────────────────
+# json.dumps writes a NaN or an infinite diff as bare ``NaN``/``Infinity``, which is not JSON: a browser's
+# JSON.parse rejects the whole matrix page. Non-finite floats are written as these strings and read back as floats.
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _finite_or_name(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite_or_name(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_name(v) for v in value]
+    return value
+
+
+def _name_to_float(value: Any) -> Any:
+    if isinstance(value, str):
+        return NON_FINITE.get(value, value)
+    if isinstance(value, dict):
+        return {k: _name_to_float(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_name_to_float(v) for v in value]
+    return value
+
+
+def dumps_strict(data: Any, **kwargs) -> str:
+    """``json.dumps`` that always writes strict JSON: NaN/inf as ``"NaN"``, ``"Infinity"``, ``"-Infinity"``."""
+    return json.dumps(_finite_or_name(data), allow_nan=False, default=str, **kwargs)
+
+
+def loads_strict(text: str) -> Any:
+    """The inverse of :func:`dumps_strict` (also reads the bare ``NaN`` of older files)."""
+    return _name_to_float(json.loads(text))
 
 
 class RowFileError(OSError):
@@ -49,43 +86,6 @@ def latest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [latest[cid][2] for cid in sorted(latest)]
 
 
-def drop_rows(path: Path, predicate) -> int:
-    """Remove, in place and under the writers' lock, the rows for which ``predicate(row)`` holds.
-
-    Concurrent appenders keep working: they write to the same inode after the rewrite. Lines that are not
-    valid rows are kept as they are. Returns the number of rows removed.
-    """
-    if not path.is_file():
-        return 0
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            with os.fdopen(os.dup(fd), "rb") as f:
-                lines = f.read().splitlines(keepends=True)
-            kept, dropped = [], 0
-            for line in lines:
-                try:
-                    row = json.loads(line)
-                    drop = isinstance(row, dict) and all(k in row for k in REQUIRED) and predicate(row)
-                except ValueError:
-                    drop = False
-                if drop:
-                    dropped += 1
-                else:
-                    kept.append(line if line.endswith(b"\n") else line + b"\n")
-            if dropped:
-                os.ftruncate(fd, 0)
-                os.lseek(fd, 0, os.SEEK_SET)
-                _write_all(fd, b"".join(kept))
-                os.fsync(fd)
-            return dropped
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -93,12 +93,16 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def append_row(path: Path, row: dict[str, Any]) -> None:
+    """Append one row; a torn last line (a writer killed mid-write) is ended first, so it never swallows this row."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(row, sort_keys=True, default=str) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    line = (dumps_strict(row, sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
             _write_all(fd, line)
             os.fsync(fd)
         finally:
@@ -120,7 +124,7 @@ def read_rows(path: Path, on_corrupt=None) -> Iterator[dict[str, Any]]:
             if not text.strip():
                 continue
             try:
-                row = json.loads(text)
+                row = loads_strict(text)
                 if not isinstance(row, dict):
                     raise ValueError("a row is a JSON object")
                 missing = [k for k in REQUIRED if k not in row]

@@ -1,22 +1,24 @@
-"""Skiplists: YAML files of known failures, each entry with its reason and an upstream link or a TODO.
+"""Skiplists: YAML files of known failures, each entry with its cause and an upstream link or a TODO.
 
 ``skiplists/export_skip.yaml``         cases not run (the model is not exportable as it is)
 ``skiplists/onnx_disable_optimize.yaml`` ONNX cases run with ``optimize=False`` (an optimiser bug upstream)
 ``skiplists/generate_skip.yaml``       generation cases not run
 
-Each file is a list of entries::
+Each file is a list of causes; an entry names one class, or several sharing the cause (a list, globs allowed)::
 
-    - class: FooForCausalLM
-      backends: [onnx, executorch]      # or [all]
+    - classes: [Qwen2VLModel, "Qwen2_5_VL*"]   # or: class: FooForCausalLM
+      backends: [onnx, executorch]              # or [all] (the default)
       reason: data-dependent loop over image tiles
-      link: https://github.com/huggingface/transformers/issues/12345   # or: todo: "<the model change needed>"
+      link: https://github.com/huggingface/transformers/issues/12345   # or: todo: "<the change needed>"
 
 Validation stops the run with a message naming file and line: malformed YAML, a missing reason, neither link
-nor todo, a link that is not a GitHub issue/PR URL, an unknown class or backend, a duplicate entry.
+nor todo, a link that is not a GitHub issue/PR URL, an unknown class, a glob matching no class, an unknown
+backend, a (class, backend) listed twice in one file.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -27,7 +29,8 @@ import yaml
 KINDS = ("export_skip", "onnx_disable_optimize", "generate_skip")
 BACKENDS = ("eager", "dynamo", "onnx", "executorch")
 LINK = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+$")
-KEYS = {"class", "backends", "reason", "link", "todo"}
+KEYS = {"class", "classes", "backends", "reason", "link", "todo"}
+GLOB = re.compile(r"[*?\[]")
 
 
 class SkiplistError(ValueError):
@@ -37,7 +40,7 @@ class SkiplistError(ValueError):
 @dataclass(frozen=True)
 class SkipEntry:
     kind: str
-    class_name: str
+    classes: tuple[str, ...]  # names and globs
     backends: tuple[str, ...]
     reason: str
     link: str | None
@@ -46,7 +49,7 @@ class SkipEntry:
     line: int
 
     def applies(self, class_name: str, backend: str) -> bool:
-        return self.class_name == class_name and backend in self.backends
+        return backend in self.backends and any(fnmatch.fnmatchcase(class_name, c) for c in self.classes)
 
     @property
     def reference(self) -> str:
@@ -72,9 +75,22 @@ def _entries(path: Path) -> list[tuple[int, dict]]:
     return [(node.start_mark.line + 1, item) for node, item in zip(root.value, data)]
 
 
-def load_skiplist(path: Path, kind: str, known_class: Callable[[str], bool]) -> list[SkipEntry]:
+def _class_list(item: dict, where: str) -> list[str]:
+    if ("class" in item) == ("classes" in item):
+        raise SkiplistError(f"{where}: give 'class' (one model class) or 'classes' (a list of names or globs)")
+    names = [item["class"]] if "class" in item else item["classes"]
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise SkiplistError(f"{where}: 'classes' is a non-empty list of model class names or globs")
+    return names
+
+
+def load_skiplist(path: Path, kind: str, known_class: Callable[[str], bool],
+                  all_classes: Callable[[], Iterable[str]] = tuple) -> list[SkipEntry]:
+    """The entries of one file; ``all_classes()`` lists the names a glob may match (and overlap is checked on)."""
     out: list[SkipEntry] = []
-    seen: dict[str, int] = {}
+    claimed: dict[tuple[str, str], int] = {}
     for line, item in _entries(path):
         where = f"{path}:{line}"
         if not isinstance(item, dict):
@@ -82,33 +98,44 @@ def load_skiplist(path: Path, kind: str, known_class: Callable[[str], bool]) -> 
         unknown = set(item) - KEYS
         if unknown:
             raise SkiplistError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(KEYS)}")
-        name = item.get("class")
-        if not isinstance(name, str) or not name:
-            raise SkiplistError(f"{where}: 'class' (a model class name) is required")
-        if not known_class(name):
-            raise SkiplistError(f"{where}: unknown model class {name!r}")
+        names = _class_list(item, where)
+        label = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1})"
+        matched: list[str] = []
+        for name in names:
+            if GLOB.search(name):
+                hits = fnmatch.filter(all_classes(), name)
+                if not hits:
+                    raise SkiplistError(f"{where}: glob {name!r} matches no model class")
+                matched += hits
+            elif not known_class(name):
+                raise SkiplistError(f"{where}: unknown model class {name!r}")
+            else:
+                matched.append(name)
         reason = item.get("reason")
         if not isinstance(reason, str) or not reason.strip():
-            raise SkiplistError(f"{where}: {name}: 'reason' is required")
+            raise SkiplistError(f"{where}: {label}: 'reason' is required")
         link, todo = item.get("link"), item.get("todo")
         if not link and not todo:
-            raise SkiplistError(f"{where}: {name}: give 'link' (the upstream issue) or 'todo' (the model change needed)")
+            raise SkiplistError(f"{where}: {label}: give 'link' (the upstream issue) or 'todo' (the model change needed)")
         if link and not LINK.match(str(link)):
-            raise SkiplistError(f"{where}: {name}: link {link!r} is not a GitHub issue or pull request URL")
+            raise SkiplistError(f"{where}: {label}: link {link!r} is not a GitHub issue or pull request URL")
         backends = item.get("backends", ["all"])
         if isinstance(backends, str):
             backends = [backends]
         if not isinstance(backends, list) or not backends:
-            raise SkiplistError(f"{where}: {name}: 'backends' is a list of {list(BACKENDS)} or [all]")
+            raise SkiplistError(f"{where}: {label}: 'backends' is a list of {list(BACKENDS)} or [all]")
         if "all" in backends:
             backends = list(BACKENDS)
         bad = [b for b in backends if b not in BACKENDS]
         if bad:
-            raise SkiplistError(f"{where}: {name}: unknown backend(s) {bad}; known: {list(BACKENDS)} or all")
-        if name in seen:
-            raise SkiplistError(f"{where}: {name}: duplicate entry (first at line {seen[name]})")
-        seen[name] = line
-        out.append(SkipEntry(kind, name, tuple(backends), reason.strip(), link, todo, str(path), line))
+            raise SkiplistError(f"{where}: {label}: unknown backend(s) {bad}; known: {list(BACKENDS)} or all")
+        for name in matched:
+            for backend in backends:
+                if (name, backend) in claimed:
+                    raise SkiplistError(f"{where}: {name} on {backend}: duplicate entry "
+                                        f"(first at line {claimed[name, backend]})")
+                claimed[name, backend] = line
+        out.append(SkipEntry(kind, tuple(names), tuple(backends), reason.strip(), link, todo, str(path), line))
     return out
 
 
@@ -124,10 +151,11 @@ class Skiplists:
             yield from self.entries.get(kind, [])
 
 
-def load_skiplists(directory: Path, known_class: Callable[[str], bool]) -> Skiplists:
+def load_skiplists(directory: Path, known_class: Callable[[str], bool],
+                   all_classes: Callable[[], Iterable[str]] = tuple) -> Skiplists:
     """Load and validate every skiplist in ``directory``; a missing file is an empty list."""
     entries = {}
     for kind in KINDS:
         path = directory / f"{kind}.yaml"
-        entries[kind] = load_skiplist(path, kind, known_class) if path.is_file() else []
+        entries[kind] = load_skiplist(path, kind, known_class, all_classes) if path.is_file() else []
     return Skiplists(entries)

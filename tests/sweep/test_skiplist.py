@@ -16,7 +16,7 @@ KNOWN = {"GoodModel", "OtherModel"}.__contains__
         ("- class: GoodModel\n  reason: r\n", ":1: GoodModel: give 'link' (the upstream issue) or 'todo'"),
         ("- class: GoodModel\n  reason: r\n  link: https://example.com/x\n", "is not a GitHub issue or pull request URL"),
         ("- class: GoodModel\n  reason: r\n  todo: t\n- class: NoSuchModel\n  reason: r\n  todo: t\n", ":4: unknown model class 'NoSuchModel'"),
-        ("- class: GoodModel\n  reason: r\n  todo: t\n- class: GoodModel\n  reason: r\n  todo: t\n", ":4: GoodModel: duplicate entry (first at line 1)"),
+        ("- class: GoodModel\n  reason: r\n  todo: t\n- class: GoodModel\n  reason: r\n  todo: t\n", ":4: GoodModel on eager: duplicate entry (first at line 1)"),
         ("- class: GoodModel\n  reason: [unclosed\n", ":3: malformed YAML"),
         ("- class: GoodModel\n  reason: r\n  todo: t\n  backends: [tpu]\n", "unknown backend(s) ['tpu']"),
         ("- class: GoodModel\n  reason: r\n  todo: t\n  why: x\n", "unknown key(s) ['why']"),
