@@ -118,11 +118,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return comparison.exit_code
 
 
+def cmd_skiplist(args: argparse.Namespace) -> int:
+    from sweep import catalog
+    from sweep.selection import is_known_class
+    from sweep.skiplist import SkiplistError, draft, load_skiplists, unlisted
+
+    _, rows = _load(args.rows, args.strict)
+    try:
+        lists = load_skiplists(Path(args.skiplist_dir), is_known_class, catalog.all_classes)
+    except SkiplistError as e:
+        raise CliError(str(e)) from None
+    missing = unlisted(latest_rows(rows), lists)
+    print(f"# {len(missing)} non-passing cases of {args.rows} that no entry in {args.skiplist_dir} explains;"
+          " a draft to edit, grouped by error category (not yet by cause)", file=sys.stderr)
+    sys.stdout.write(draft(missing))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{matrix,merge,compare}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{matrix,merge,compare,skiplist}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--strict", action="store_true", help="a corrupt line is an error (default: reported and skipped)")
@@ -153,6 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "come from a sweep of some classes only); otherwise a case missing from NEW fails")
     common(p)
     p.set_defaults(func=cmd_compare)
+
+    from sweep.plugin import DEFAULT_SKIPLISTS
+
+    p = sub.add_parser("skiplist", help="print draft skiplist entries (YAML) for the non-passing cases no entry explains")
+    p.add_argument("rows", metavar="ROWS", help="row file or report folder (e.g. reports/baseline)")
+    p.add_argument("--skiplist-dir", default=str(DEFAULT_SKIPLISTS), help="the skiplists to check against")
+    common(p)
+    p.set_defaults(func=cmd_skiplist)
     return parser
 
 

@@ -2,8 +2,10 @@
 
 One file, no network: CSS and JavaScript are inline and the matrix travels as JSON in a ``<script
 type="application/json">`` element (with ``<`` escaped, so no error message can close the tag). The page shows
-the model classes x columns heat map, counts per backend and status, the version table with drift flagged,
-the failure categories, filters by name, status and category, and a detail panel for the clicked cell.
+the counts per backend and status, then the model classes x columns heat map (built as one HTML string, so
+thousands of classes render at once; columns sort on a header click), filters by name, status and category, a
+detail panel for the clicked cell, and below it the failure categories (folded when long) and the version table
+with drift flagged.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import html
 import json
 from typing import Any
+
+from sweep.results import dumps_strict
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d232a;background:#fafbfc}
@@ -29,19 +33,31 @@ tr.drift td,tr.missing td{background:#fff1c2}
 .status-fail{background:#cf222e;color:#fff}.status-timeout{background:#8250df;color:#fff}
 .status-crash{background:#6e0f16;color:#fff}.status-skip{background:#afb8c1;color:#000}
 .status-none{background:#fff;color:#aaa}td.cell.dim{opacity:.15}td.cell.selected{outline:3px solid #0969da}
-#layout{display:flex;gap:20px;align-items:flex-start}#detail{position:sticky;top:8px;min-width:360px;max-width:640px;
+#layout{display:flex;gap:20px;align-items:flex-start}#detail{min-width:360px;max-width:640px;
 border:1px solid #d0d7de;border-radius:6px;padding:10px;background:#fff}#detail pre{white-space:pre-wrap;
 word-break:break-word;background:#f6f8fa;padding:6px;max-height:280px;overflow:auto;font-size:12px}
 #categories li{cursor:pointer}#categories li:hover{text-decoration:underline}
+#heatmap-wrap{max-height:calc(100vh - 24px);overflow:auto;border:1px solid #d0d7de}
+#heatmap thead th{position:sticky;top:0;z-index:1}#heatmap th.sort{cursor:pointer;user-select:none}
+#heatmap th.sort:hover{background:#dde3ea}#heatmap th[aria-sort=ascending]::after{content:" ▲"}
+#heatmap th[aria-sort=descending]::after{content:" ▼"}#controls select{max-width:30em}
+#heatmap th.col[aria-sort=ascending]::after{content:"▼ "}#heatmap th.col[aria-sort=descending]::after{content:"▲ "}
+details.fold>summary{cursor:pointer;margin:18px 0 6px}details.fold>summary h2{display:inline;margin:0}
 """
 
 SYMBOLS = {"pass": "✓", "discrepancy": "≠", "fail": "✗", "skip": "–", "timeout": "⏱", "crash": "☠"}
 
 JS = r"""
+const T0 = performance.now();
 const M = JSON.parse(document.getElementById('matrix-data').textContent);
 const STATUSES = ['pass','discrepancy','fail','skip','timeout','crash'];
 const SYMBOLS = %SYMBOLS%;
+// Sorting a backend's column puts the worst status first; a second click reverses.
+const SORT_RANK = {crash: 0, timeout: 1, fail: 2, discrepancy: 3, pass: 4, skip: 5, none: 6};
+const ANSI = /\x1b\[[0-?]*[ -\/]*[@-~]/g;
 const $ = (id) => document.getElementById(id);
+const ESC = {'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'};
+const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ESC[c]);
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -78,54 +94,86 @@ function renderVersions() {
   } else { b.className = 'banner ok'; b.textContent = 'Every pinned package ran at its pin.'; }
 }
 function renderFilters() {
-  for (const s of STATUSES) $('filter-status').append(el('option', {value: s}, s));
-  for (const g of M.categories) $('filter-category').append(el('option', {value: g.category}, `${g.category} (${g.count})`));
-  const ul = $('categories');
-  for (const g of M.categories) {
-    const li = el('li', {'data-category': g.category}, el('b', {}, String(g.count)), ' × ' + g.category);
-    li.onclick = () => { $('filter-category').value = g.category; applyFilters(); };
-    ul.append(li);
-  }
-  if (!M.categories.length) ul.append(el('li', {}, 'no failures'));
+  const status = $('filter-status'), category = $('filter-category');
+  for (const s of STATUSES) status.append(el('option', {value: s}, s));
+  category.append(...M.categories.map(g => el('option', {value: g.category}, `${g.category} (${g.count})`)));
   for (const id of ['filter-name', 'filter-status', 'filter-category']) for (const ev of ['input', 'change']) $(id).addEventListener(ev, applyFilters);
-  $('filter-reset').onclick = () => { $('filter-name').value = ''; $('filter-status').value = ''; $('filter-category').value = ''; applyFilters(); };
+  $('filter-reset').onclick = () => { $('filter-name').value = ''; status.value = ''; category.value = ''; applyFilters(); };
 }
+function renderCategories() {
+  // The list sits below the matrix, folded in a <details> when long; clicking a cause filters the matrix by it.
+  const ul = $('categories');
+  ul.innerHTML = M.categories.length ? M.categories.map(g =>
+    `<li data-category="${esc(g.category)}"><b>${g.count}</b> × ${esc(g.category)}</li>`).join('') : '<li>no failures</li>';
+  ul.addEventListener('click', (e) => {
+    const li = e.target.closest('li[data-category]');
+    if (!li) return;
+    $('filter-category').value = li.dataset.category;
+    applyFilters();
+    $('matrix').scrollIntoView();
+  });
+}
+
+// The heat map: built as one HTML string (one parse, one layout), rows kept in ROWS for sorting and filtering.
+let ROWS = [];
+let sortKey = 'model', sortDir = 1;
 function renderHeatmap() {
   const t = $('heatmap');
-  t.append(el('thead', {}, el('tr', {}, el('th', {}, 'model class'), ...M.columns.map(c => el('th', {class: 'col'}, c)))));
-  const body = el('tbody', {});
+  const head = '<thead><tr><th class="sort" data-sort="model" aria-sort="ascending" title="sort by class name">model class</th>' +
+    M.columns.map(c => `<th class="col sort" data-sort="${esc(c)}" aria-sort="none" title="sort by ${esc(c)} status">${esc(c)}</th>`).join('') +
+    '</tr></thead>';
+  const parts = [];
   for (const [model, cells] of Object.entries(M.models)) {
-    const tr = el('tr', {'data-model': model}, el('td', {class: 'model'}, model));
+    parts.push(`<tr data-model="${esc(model)}"><td class="model">${esc(model)}</td>`);
     for (const col of M.columns) {
-      const cell = cells[col];
-      const s = cell ? cell.status : 'none';
-      const td = el('td', {class: 'cell status-' + s, 'data-col': col, 'data-status': s,
-        'data-category': cell && cell.category ? cell.category : '', title: `${model} / ${col}: ${s}`},
-        cell ? SYMBOLS[s] : '');
-      if (cell) td.onclick = () => showDetail(model, col, td);
-      tr.append(td);
+      const cell = cells[col], s = cell ? String(cell.status) : 'none';
+      parts.push(`<td class="cell status-${esc(s)}" data-col="${esc(col)}" data-status="${esc(s)}" data-category="${
+        esc(cell && cell.category ? cell.category : '')}" title="${esc(`${model} / ${col}: ${s}`)}">${cell ? esc(SYMBOLS[s] || '?') : ''}</td>`);
     }
-    body.append(tr);
+    parts.push('</tr>');
   }
-  t.append(body);
+  t.innerHTML = head + '<tbody>' + parts.join('') + '</tbody>';
+  ROWS = Array.from(t.tBodies[0].rows, (tr) => {
+    const cells = Array.from(tr.cells).slice(1), model = tr.dataset.model;
+    const rank = {};
+    for (const td of cells) rank[td.dataset.col] = SORT_RANK[td.dataset.status] ?? 7;
+    return {tr, model, lower: model.toLowerCase(), cells, rank};
+  });
+  t.addEventListener('click', (e) => {
+    const th = e.target.closest('th.sort');
+    if (th) { sortBy(th.dataset.sort); return; }
+    const td = e.target.closest('td.cell');
+    if (td && td.dataset.status !== 'none') showDetail(td.parentNode.dataset.model, td.dataset.col, td);
+  });
+}
+function byName(a, b) { return a.model < b.model ? -1 : a.model > b.model ? 1 : 0; }
+function sortBy(key) {
+  if (key === sortKey) sortDir = -sortDir; else { sortKey = key; sortDir = 1; }
+  ROWS.sort(key === 'model' ? (a, b) => sortDir * byName(a, b)
+                            : (a, b) => sortDir * (a.rank[key] - b.rank[key]) || byName(a, b));
+  const frag = document.createDocumentFragment();
+  for (const r of ROWS) frag.append(r.tr);
+  $('heatmap').tBodies[0].append(frag);
+  for (const th of document.querySelectorAll('#heatmap th.sort'))
+    th.setAttribute('aria-sort', th.dataset.sort !== sortKey ? 'none' : sortDir > 0 ? 'ascending' : 'descending');
 }
 function applyFilters() {
   const name = $('filter-name').value.trim().toLowerCase();
   const status = $('filter-status').value, category = $('filter-category').value;
   let shown = 0;
-  for (const tr of document.querySelectorAll('#heatmap tbody tr')) {
-    const nameOk = !name || tr.dataset.model.toLowerCase().includes(name);
+  for (const r of ROWS) {
+    const nameOk = !name || r.lower.includes(name);
     let any = false;
-    for (const td of tr.querySelectorAll('td.cell')) {
+    for (const td of r.cells) {
       const ok = (!status || td.dataset.status === status) && (!category || td.dataset.category === category);
       td.classList.toggle('dim', !ok);
       any = any || ok;
     }
     const visible = nameOk && any;
-    tr.style.display = visible ? '' : 'none';
+    r.tr.style.display = visible ? '' : 'none';
     shown += visible;
   }
-  $('shown-count').textContent = `${shown} of ${Object.keys(M.models).length} model classes shown`;
+  $('shown-count').textContent = `${shown} of ${ROWS.length} model classes shown`;
 }
 function table(headers, rows) {
   const head = headers ? [el('tr', {}, ...headers.map(h => el('th', {}, h)))] : [];
@@ -143,20 +191,24 @@ function showDetail(model, col, td) {
     ['peak RSS', c.peak_rss_mb == null ? '–' : `${fmt(c.peak_rss_mb)} MiB`]];
   if (c.skiplist) facts.push(['skiplist', c.skiplist]);
   d.append(el('div', {id: 'detail-facts'}, table(null, facts)));
-  if (c.error_detail) d.append(el('h3', {}, 'Error'), el('pre', {id: 'detail-error'}, c.error_detail));
-  const diffs = Object.entries(c.diffs || {});
+  if (c.error_detail) d.append(el('h3', {}, 'Error'), el('pre', {id: 'detail-error'}, String(c.error_detail).replace(ANSI, '')));
+  // worst leaf first (the data's keys arrive sorted by name): failing, then the largest difference, NaN/inf first
+  const size = (v) => typeof v.max_abs === 'number' ? v.max_abs : v.max_abs == null ? 0 : Infinity;
+  const diffs = Object.entries(c.diffs || {}).sort(([ka, a], [kb, b]) =>
+    (!!(a.ok ?? true) - !!(b.ok ?? true)) || (size(b) - size(a)) || (ka < kb ? -1 : ka > kb ? 1 : 0));
   if (diffs.length) d.append(el('h3', {}, 'Max differences per output leaf'), el('div', {id: 'detail-diffs'},
     table(['leaf', 'max abs', 'max rel', 'ok'], diffs.map(([k, v]) => [k, fmt(v.max_abs), fmt(v.max_rel), v.ok ? 'yes' : ('NO' + (v.problem ? ': ' + v.problem : ''))]))));
   const secs = Object.entries(c.seconds || {});
   if (secs.length) d.append(el('h3', {}, 'Seconds per stage'), table(secs.map(x => x[0]), [secs.map(x => fmt(x[1]))]));
 }
-renderSummary(); renderVersions(); renderFilters(); renderHeatmap(); applyFilters();
+renderSummary(); renderHeatmap(); renderFilters(); applyFilters(); renderCategories(); renderVersions();
+document.body.dataset.renderMs = Math.round(performance.now() - T0);
 """.replace("%SYMBOLS%", json.dumps(SYMBOLS))
 
 
 def embed_json(data: Any) -> str:
     """JSON safe inside a ``<script>`` element: every ``<``, ``>`` and ``&`` escaped as a unicode escape."""
-    text = json.dumps(data, sort_keys=True, ensure_ascii=False)
+    text = dumps_strict(data, sort_keys=True, ensure_ascii=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
@@ -167,15 +219,23 @@ def static_page(title: str, body: str, extra_css: str = "") -> str:
             f"<main>{body}</main></body></html>\n")
 
 
+CATEGORIES_OPEN_MAX = 8  # a longer failure-category list starts folded
+
+
 def render_matrix_html(matrix: dict[str, Any]) -> str:
+    """The matrix page: headline counts, then the heat map (sortable, filterable), then the folded failure
+    categories and the versions table."""
     n_models, n_cases = len(matrix["models"]), matrix["cases"]
+    categories = matrix["categories"]
+    n_failing = sum(g["count"] for g in categories)
     legend = " ".join(f'<span class="status-{s}">&nbsp;{sym}&nbsp;</span> {s}' for s, sym in SYMBOLS.items())
+    fold_open = " open" if len(categories) <= CATEGORIES_OPEN_MAX else ""
     body = f"""
 <div id="drift-banner"></div>
-<p class="muted">{n_cases} cases, {n_models} model classes. Click a cell for its error and differences.</p>
+<p class="muted">{n_cases} cases, {n_models} model classes. Click a cell for its error and differences, a column
+header to sort by it.</p>
 <h2>Counts per backend and status</h2><table id="summary"></table>
-<h2>Failures by category</h2><ul id="categories"></ul>
-<h2>Matrix</h2>
+<h2 id="matrix">Matrix</h2>
 <div id="controls">
   <label>name <input id="filter-name" type="search" placeholder="e.g. Llama"></label>
   <label>status <select id="filter-status"><option value="">any</option></select></label>
@@ -183,7 +243,10 @@ def render_matrix_html(matrix: dict[str, Any]) -> str:
   <button id="filter-reset">reset</button> <span id="shown-count" class="muted"></span>
 </div>
 <p id="legend" class="muted">{legend}</p>
-<div id="layout"><table id="heatmap"></table><aside id="detail"><p class="muted">Click a cell.</p></aside></div>
+<div id="layout"><div id="heatmap-wrap"><table id="heatmap"></table></div>
+<aside id="detail"><p class="muted">Click a cell.</p></aside></div>
+<details id="categories-fold" class="fold"{fold_open}><summary><h2>Failures by category</h2>
+<span class="muted">{n_failing} cases, {len(categories)} causes</span></summary><ul id="categories"></ul></details>
 <h2>Versions (pinned vs installed)</h2><table id="versions"></table>
 <script type="application/json" id="matrix-data">{embed_json(matrix)}</script>
 <script>{JS}</script>

@@ -8,19 +8,27 @@ rows without them, the project's current pins) with the installed versions the r
 
 from __future__ import annotations
 
-import json
+import math
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 from sweep.categories import categorize, first_line
-from sweep.results import case_id, latest_rows
+from sweep.results import case_id, dumps_strict, latest_rows
 
 STATUSES = ("pass", "discrepancy", "fail", "skip", "timeout", "crash")
 NOT_PASSING = ("discrepancy", "fail", "timeout", "crash")
 BACKEND_ORDER = ("eager", "dynamo", "onnx", "executorch")
 MAX_DIFFS = 12  # output leaves kept per cell (the worst first)
 MARKDOWN_BUDGET = 60_000  # a GitHub comment holds 65,536 characters
+# Terminal control sequences (torch.onnx colours its messages: "\x1b[1m...\x1b[0m"): colours and any other CSI.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def strip_ansi(text: Any) -> str | None:
+    """``text`` as a string without terminal escape sequences (``None`` stays ``None``)."""
+    return None if text is None else _ANSI.sub("", str(text))
 
 
 def column(row: dict[str, Any]) -> str:
@@ -38,20 +46,23 @@ def _worst_diffs(diffs: dict[str, dict] | None) -> dict[str, dict]:
         return {}
     def badness(item):
         name, d = item
-        return (bool(d.get("ok", True)), -(d.get("max_abs") or 0.0), name)
+        worst = d.get("max_abs") or 0.0
+        if not isinstance(worst, (int, float)) or math.isnan(worst):
+            worst = math.inf  # a NaN difference is as bad as it gets
+        return (bool(d.get("ok", True)), -worst, name)
     return dict(sorted(diffs.items(), key=badness)[:MAX_DIFFS])
 
 
 def _cell(row: dict[str, Any]) -> dict[str, Any]:
-    error = row.get("error")
+    error = strip_ansi(row.get("error"))
     return {
         "case_id": case_id(row),
         "status": row["status"],
         "stage": row.get("stage"),
         "category": categorize(row),
-        "error_type": row.get("error_type"),
+        "error_type": strip_ansi(row.get("error_type")),
         "error": (first_line(error) or "")[:300] or None,
-        "error_detail": str(error)[:2000] if error and row["status"] != "pass" else None,
+        "error_detail": error[:2000] if error and row["status"] != "pass" else None,
         "seconds": row.get("seconds") or {},
         "wall_seconds": row.get("wall_seconds"),
         "peak_rss_mb": row.get("peak_rss_mb"),
@@ -198,7 +209,7 @@ def write_matrix(rows: list[dict[str, Any]], directory: Path, pins: dict[str, st
     directory.mkdir(parents=True, exist_ok=True)
     matrix = build_matrix(rows, pins)
     paths = {"json": directory / "matrix.json", "md": directory / "matrix.md", "html": directory / "matrix.html"}
-    paths["json"].write_text(json.dumps(matrix, indent=1, sort_keys=True))
+    paths["json"].write_text(dumps_strict(matrix, indent=1, sort_keys=True))
     paths["md"].write_text(to_markdown(matrix))
     paths["html"].write_text(render_matrix_html(matrix))
     return paths

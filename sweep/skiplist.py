@@ -159,3 +159,47 @@ def load_skiplists(directory: Path, known_class: Callable[[str], bool],
         path = directory / f"{kind}.yaml"
         entries[kind] = load_skiplist(path, kind, known_class, all_classes) if path.is_file() else []
     return Skiplists(entries)
+
+
+# ─── Coverage and drafts ─────────────────────────────────────────────────────────────────────────
+
+NOT_PASSING = ("discrepancy", "fail", "timeout", "crash")
+
+
+def listed(row: dict, skiplists: Skiplists) -> SkipEntry | None:
+    """The entry that explains a row's failure: export_skip (generate_skip for a generation case), or for an ONNX
+    case onnx_disable_optimize (the case runs with the optimiser off instead)."""
+    kind = "generate_skip" if row.get("shapes") == "generate" else "export_skip"
+    entry = skiplists.find(kind, row["model"], row["backend"])
+    if entry is None and row["backend"] == "onnx":
+        entry = skiplists.find("onnx_disable_optimize", row["model"], "onnx")
+    return entry
+
+
+def unlisted(rows: Iterable[dict], skiplists: Skiplists) -> list[dict]:
+    """The rows that do not pass and that no skiplist entry explains (pass ``latest_rows``: one per case)."""
+    return [r for r in rows if r["status"] in NOT_PASSING and listed(r, skiplists) is None]
+
+
+def draft(rows: Iterable[dict]) -> str:
+    """YAML entries for ``rows`` (unlisted failures), one per error category and set of backends, with ``todo:``
+    placeholders: the reasons and links are a person's work, after reading the errors."""
+    from sweep.categories import categorize
+
+    by_category: dict[str, dict[str, set[str]]] = {}
+    for row in rows:
+        by_category.setdefault(categorize(row) or row["status"], {}).setdefault(row["model"], set()).add(row["backend"])
+    blocks = []
+    for category, classes in sorted(by_category.items(), key=lambda item: (-len(item[1]), item[0])):
+        by_backends: dict[tuple[str, ...], list[str]] = {}
+        for name, backends in classes.items():
+            by_backends.setdefault(tuple(b for b in BACKENDS if b in backends), []).append(name)
+        for backends, names in sorted(by_backends.items(), key=lambda item: -len(item[1])):
+            blocks.append("\n".join([
+                f"# {category} ({len(names)} classes)",
+                f"- classes: [{', '.join(sorted(names))}]",
+                f"  backends: [{', '.join(backends)}]",
+                f"  reason: {yaml.safe_dump('TODO: the cause, as understood: ' + category, width=10**6, allow_unicode=True).strip()}",
+                '  todo: "TODO: the change needed, or replace this line with link: <the upstream issue>"',
+            ]))
+    return "\n\n".join(blocks) + ("\n" if blocks else "")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from sweep.cli import main
 from sweep.results import append_row
@@ -29,7 +30,7 @@ def rows_file(path, n=3):
 def test_help_lists_the_commands_and_their_options():
     result = cli("--help")
     assert result.returncode == 0
-    assert "{matrix,merge,compare}" in result.stdout and "exit 1 on regressions" in result.stdout
+    assert "{matrix,merge,compare,skiplist}" in result.stdout and "exit 1 on regressions" in result.stdout
     for command, option in (("matrix", "--out"), ("merge", "--out"), ("compare", "--time-threshold")):
         sub = cli(command, "--help")
         assert sub.returncode == 0 and option in sub.stdout and "--strict" in sub.stdout
@@ -85,3 +86,32 @@ def test_merge_joins_row_files_one_row_per_case(tmp_path, capsys):
     merged = [json.loads(x) for x in (tmp_path / "all" / "results.jsonl").read_text().splitlines()]
     assert [(r["model"], r["status"]) for r in merged] == [("A", "pass"), ("B", "pass")]
     assert json.loads((tmp_path / "all" / "matrix.json").read_text())["counts"]["onnx-static"]["pass"] == 2
+
+
+def test_skiplist_drafts_entries_for_the_unlisted_failures(tmp_path, capsys):
+    from sweep.results import append_row
+
+    rows = [{"model": "BertModel", "backend": b, "shapes": "dynamic", "status": "fail", "stage": "export",
+             "error_type": "GuardOnDataDependentSymNode",
+             "error": "GuardOnDataDependentSymNode: Could not guard on data-dependent expression Eq(u0, 1)"}
+            for b in ("dynamo", "onnx")]
+    rows += [{"model": "GPT2Model", "backend": "dynamo", "shapes": "dynamic", "status": "fail", "stage": "export",
+              "error_type": "GuardOnDataDependentSymNode", "error": "GuardOnDataDependentSymNode: Eq(u3, 2)"},
+             {"model": "GPT2Model", "backend": "onnx", "shapes": "dynamic", "status": "pass"},
+             {"model": "T5Model", "backend": "onnx", "shapes": "dynamic", "status": "discrepancy", "stage": "compare",
+              "error": "traced shape: 1 of 3 leaves differ"},
+             {"model": "LlamaModel", "backend": "onnx", "shapes": "dynamic", "status": "timeout", "stage": "export"},
+             {"model": "OPTModel", "backend": "onnx", "shapes": "dynamic", "status": "skip"}]
+    for row in rows:
+        append_row(tmp_path / "run" / "results.jsonl", row)
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    (lists / "export_skip.yaml").write_text("- classes: [Llama*]\n  backends: [onnx]\n  reason: r\n  todo: t\n")
+    assert main(["skiplist", str(tmp_path / "run"), "--skiplist-dir", str(lists)]) == 0
+    captured = capsys.readouterr()
+    assert "4 non-passing cases" in captured.err  # the listed timeout, the skip and the pass are not drafted
+    entries = yaml.safe_load(captured.out)
+    assert [(e["classes"], e["backends"]) for e in entries] == [
+        (["BertModel"], ["dynamo", "onnx"]), (["GPT2Model"], ["dynamo"]), (["T5Model"], ["onnx"])]
+    assert all(e["todo"].startswith("TODO") and "data-dependent" in entries[0]["reason"] for e in entries)
+    assert "# torch.export: data-dependent branch or value (1 classes)" in captured.out

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -104,6 +106,40 @@ def test_write_matrix_writes_json_md_and_self_contained_html(tmp_path):
     assert page.count("</script>") == 2  # the data block and the code: the error text cannot close either
     assert "http://" not in page and "https://" not in page  # nothing is fetched
     assert page == render_matrix_html(build_matrix(rows))
+
+
+def _no_constants(name):
+    raise AssertionError(f"not strict JSON: bare {name}")
+
+
+def test_matrix_json_is_strict_for_nan_and_inf_differences(tmp_path):
+    diffs = {"traced:a": {"max_abs": 0.5, "max_rel": 0.1, "ok": False}, "traced:b": {"max_abs": math.nan, "max_rel": math.nan, "ok": False},
+             "traced:c": {"max_abs": math.inf, "max_rel": -math.inf, "ok": False}, "traced:d": {"max_abs": 0.0, "max_rel": 0.0, "ok": True}}
+    rows = sample_rows() + [row("N", "onnx", "discrepancy", stage="compare", error="traced shape: 3 of 4 leaves differ", diffs=diffs)]
+    paths = write_matrix(rows, tmp_path)
+    m = json.loads(paths["json"].read_text(), parse_constant=_no_constants)
+    cell = m["models"]["N"]["onnx-dynamic"]
+    assert cell["diffs"]["traced:b"] == {"max_abs": "NaN", "max_rel": "NaN", "ok": False}
+    assert cell["diffs"]["traced:c"] == {"max_abs": "Infinity", "max_rel": "-Infinity", "ok": False}
+    # NaN and inf are the worst differences of a cell
+    assert list(build_matrix(rows)["models"]["N"]["onnx-dynamic"]["diffs"]) == ["traced:b", "traced:c", "traced:a", "traced:d"]
+    # the data the page parses with JSON.parse is strict too
+    data = re.search(r'<script type="application/json" id="matrix-data">(.*?)</script>', paths["html"].read_text(), re.S)
+    assert json.loads(data.group(1), parse_constant=_no_constants)["models"]["N"]["onnx-dynamic"]["diffs"]["traced:c"]["max_abs"] == "Infinity"
+
+
+def test_errors_lose_their_terminal_colour_codes(tmp_path):
+    coloured = ("\x1b[1mDispatchError\x1b[0m: No ONNX function found for \x1b[31maten.bincount\x1b[0m\n"
+                "\x1b[2K\x1b[1;33mhint\x1b[0m: register one")
+    rows = [row("A", "onnx", "fail", stage="translate", error_type="\x1b[1mDispatchError\x1b[0m", error=coloured)]
+    paths = write_matrix(rows, tmp_path)
+    cell = build_matrix(rows)["models"]["A"]["onnx-dynamic"]
+    assert cell["error"] == "DispatchError: No ONNX function found for aten.bincount"
+    assert cell["error_detail"] == "DispatchError: No ONNX function found for aten.bincount\nhint: register one"
+    assert cell["error_type"] == "DispatchError"
+    for path in paths.values():
+        text = path.read_text()
+        assert "\x1b" not in text and "\\u001b" not in text and "[0m" not in text, path.name
 
 
 # ─── Sharding ────────────────────────────────────────────────────────────────────────────────────

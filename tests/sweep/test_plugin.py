@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +92,11 @@ def test_models_from_a_file_and_named_sets(sweep, pytester):
     [
         (["--backend=tflite"], "--backend tflite: unknown; choose from eager, dynamo, onnx, executorch or all"),
         (["--models=LlamaForCausalLLM"], "did you mean LlamaForCausalLM"),
+        (["--skiplist-dir=no/such/folder"], "--skiplist-dir no/such/folder: no such folder"),
+        (["--atol=nan"], "--atol must be a finite number >= 0, got nan"),
+        (["--rtol=inf"], "--rtol must be a finite number >= 0, got inf"),
+        (["--strict-skiplists"], "--strict-skiplists needs --run-skipped"),
+        (["--config=nowhere"], "--config nowhere: no such file"),
     ],
 )
 def test_option_errors_are_usage_errors(sweep, args, message):
@@ -191,3 +199,142 @@ def test_generate_case_compares_greedy_tokens_with_eager(sweep, pytester):
     assert row["case_id"] == "LlamaForCausalLM-dynamo-generate" and row["status"] == "pass"
     assert row["tokens"]["got"] == row["tokens"]["expected"]
     assert {"prefill", "decode"} <= set(row["components"])
+
+
+# ─── The headline command and the CI gate ────────────────────────────────────────────────────────
+
+PYTEST_SCRIPT = str(Path(sys.executable).with_name("pytest"))  # as users run it: cwd is not on sys.path
+
+
+def _pytest(pytester, *args):
+    """``pytest ARGS`` in pytester's folder, no --pyargs, the installed script."""
+    return pytester.run(PYTEST_SCRIPT, "-p", "no:cacheprovider", *BLOCK_UNUSED_PLUGINS,
+                        f"--skiplist-dir={pytester.path / 'skiplists'}", *args)
+
+
+def test_sweep_options_without_paths_run_the_sweep_from_an_empty_folder(pytester):
+    pytester.makepyfile(local_models=LOCAL_MODELS)
+    (pytester.path / "skiplists").mkdir()
+    result = _pytest(pytester, "--backend=dynamo", "--model-module=local_models", "--models=GoodModel")
+    result.assert_outcomes(passed=1)
+    assert [r["case_id"] for r in rows(pytester)] == ["GoodModel-dynamo-dynamic"]
+    # only local models given: they are the selection (not the 1,500-class catalog)
+    result = _pytest(pytester, "--backend=eager", "--model-module=local_models", "--collect-only", "-q")
+    assert sum("test_export[" in line for line in result.outlines) == 5
+
+
+def test_a_folder_with_its_own_tests_keeps_them_for_explicit_paths(pytester):
+    pytester.makepyfile(local_models=LOCAL_MODELS)
+    (pytester.path / "skiplists").mkdir()
+    pytester.makeini("[pytest]\ntestpaths = own_tests\n")
+    (pytester.path / "own_tests").mkdir()
+    (pytester.path / "own_tests" / "test_own.py").write_text("def test_own():\n    assert True\n")
+    result = _pytest(pytester, "--backend=dynamo", "--model-module=local_models", "--models=GoodModel", "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_export[[]GoodModel-dynamo-dynamic[]] PASSED*"])
+    result = _pytest(pytester, "own_tests", "--backend=dynamo", "--model-module=local_models", "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_own PASSED*"])
+    assert "sweep" in _pytest(pytester, "--help").stdout.str().split("export-sweep", 1)[1][:400]
+
+
+def test_two_sweeps_sharing_a_report_dir_lose_no_rows(sweep, pytester):
+    base = [sys.executable, "-m", "pytest", "--pyargs", "sweep", "-p", "no:cacheprovider", *BLOCK_UNUSED_PLUGINS,
+            "--model-module=local_models", f"--skiplist-dir={pytester.path / 'skiplists'}",
+            f"--report-dir={pytester.path / 'reports'}", "--backend=eager,dynamo"]
+    first = pytester.popen([*base, "--models=GoodModel,DriftModel"], stdin=None)
+    second = pytester.popen([*base, "--models=OtherGoodModel"], stdin=None)
+    assert first.wait(300) == 1 and second.wait(300) == 0  # DriftModel's discrepancy fails the first run
+    got = sorted(r["case_id"] for r in rows(pytester))
+    assert got == sorted(f"{m}-{b}" for m in ("GoodModel", "DriftModel", "OtherGoodModel")
+                         for b in ("eager-static", "dynamo-dynamic"))
+    matrix = json.loads((pytester.path / "reports" / "matrix.json").read_text())
+    assert matrix["cases"] == 6  # whichever run finished last wrote the matrix of the whole folder
+
+
+def test_lf_and_collect_only_keep_the_other_rows(pytester):
+    pytester.makepyfile(local_models=LOCAL_MODELS)
+    (pytester.path / "skiplists").mkdir()
+    args = ["--backend=dynamo", "--model-module=local_models", "--models=GoodModel,DriftModel"]
+    run = lambda *more: pytester.run(PYTEST_SCRIPT, *BLOCK_UNUSED_PLUGINS,  # noqa: E731 (the cache provider on)
+                                     f"--skiplist-dir={pytester.path / 'skiplists'}", *args, *more)
+    run().assert_outcomes(passed=1, failed=1)
+    before = (pytester.path / "reports" / "results.jsonl").read_bytes()
+    run("--collect-only")
+    assert (pytester.path / "reports" / "results.jsonl").read_bytes() == before
+    result = run("--lf")
+    result.assert_outcomes(failed=1)
+    assert sorted(r["case_id"] for r in rows(pytester)) == ["DriftModel-dynamo-dynamic", "DriftModel-dynamo-dynamic",
+                                                            "GoodModel-dynamo-dynamic"]
+    matrix = json.loads((pytester.path / "reports" / "matrix.json").read_text())
+    assert set(matrix["models"]) == {"GoodModel", "DriftModel"} and matrix["cases"] == 2
+
+
+BREAKABLE = LOCAL_MODELS + '''
+class Breakable(Good):
+    def forward(self, x):
+        if os.environ.get("BREAK_IT"):
+            raise ValueError("broken on purpose")
+        return self.lin(x)
+
+SWEEP_MODELS["BreakableModel"] = _make(Breakable)
+'''
+
+
+def test_green_with_known_failures_listed_red_when_a_passing_class_breaks(pytester, monkeypatch):
+    pytester.makepyfile(local_models=BREAKABLE)
+    (pytester.path / "skiplists").mkdir()
+    (pytester.path / "skiplists" / "export_skip.yaml").write_text(textwrap.dedent("""\
+        - classes: [DriftModel, "Abort*"]
+          backends: [dynamo]
+          reason: differs when exported, on purpose
+          todo: nothing, it is a test
+        """))
+    args = ["--backend=dynamo", "--model-module=local_models", "--models=GoodModel,DriftModel,AbortModel,BreakableModel",
+            "-rs"]
+    green = _pytest(pytester, *args)
+    assert green.ret == 0
+    green.assert_outcomes(passed=2, skipped=2)
+    green.stdout.fnmatch_lines(["SKIPPED*skiplist: differs when exported, on purpose (TODO: nothing, it is a test)*"])
+    monkeypatch.setenv("BREAK_IT", "1")
+    red = _pytest(pytester, *args)
+    assert red.ret == 1
+    red.assert_outcomes(passed=1, failed=1, skipped=2)
+    red.stdout.fnmatch_lines(["*fail: BreakableModel on dynamo (dynamic), stage eager*", "*category: *",
+                              "*ValueError: broken on purpose*", "*known failure? list it in skiplists/export_skip.yaml*"])
+    assert "Traceback" not in red.stdout.str()
+    long = _pytest(pytester, *args, "--tb=long")
+    long.stdout.fnmatch_lines(["*traceback (child process):*", "*raise ValueError*"])
+    line = _pytest(pytester, *args, "--tb=line")
+    assert "category:" not in line.stdout.str()
+    # the CI that keeps the lists honest: a listed case that passes again fails the run
+    monkeypatch.delenv("BREAK_IT")
+    (pytester.path / "skiplists" / "export_skip.yaml").write_text(textwrap.dedent("""\
+        - class: GoodModel
+          backends: [dynamo]
+          reason: listed, but it passes
+          todo: nothing, it is a test
+        """))
+    stale = _pytest(pytester, "--backend=dynamo", "--model-module=local_models", "--models=GoodModel",
+                    "--run-skipped", "--strict-skiplists")
+    assert stale.ret == 1
+    stale.stdout.fnmatch_lines(["*stale skiplist entries (the case now passes): 1 -- failing the run*"])
+
+
+TINY_BERT = {"model_type": "bert", "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+             "intermediate_size": 32, "vocab_size": 64, "max_position_embeddings": 512}
+
+
+def test_config_sweeps_the_classes_of_a_local_config_folder(pytester):
+    (pytester.path / "skiplists").mkdir()
+    (pytester.path / "work" / "my-bert").mkdir(parents=True)
+    (pytester.path / "work" / "my-bert" / "config.json").write_text(json.dumps(TINY_BERT))
+    listing = _pytest(pytester, "--config=work/my-bert", "--backend=dynamo", "--collect-only", "-q")
+    ids = [line.split("[")[1].rstrip("]") for line in listing.outlines if "test_export[" in line]
+    assert "BertModel@my-bert-dynamo-dynamic" in ids and all("@my-bert-" in i for i in ids) and len(ids) > 5
+    os.chdir(pytester.path / "work")  # relative to where pytest is invoked
+    result = _pytest(pytester, "--config=my-bert", "--backend=dynamo", "-k", "BertModel and not For and not LMHead",
+                     f"--report-dir={pytester.path / 'reports'}")
+    result.assert_outcomes(passed=1)
+    (row,) = rows(pytester)
+    assert row["model"] == "BertModel@my-bert" and row["num_parameters"] < 50_000 and row["model_type"] == "bert"
