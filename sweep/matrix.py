@@ -9,6 +9,7 @@ rows without them, the project's current pins) with the installed versions the r
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -209,7 +210,10 @@ def write_matrix(rows: list[dict[str, Any]], directory: Path, pins: dict[str, st
     directory.mkdir(parents=True, exist_ok=True)
     matrix = build_matrix(rows, pins)
     paths = {"json": directory / "matrix.json", "md": directory / "matrix.md", "html": directory / "matrix.html"}
-    paths["json"].write_text(dumps_strict(matrix, indent=1, sort_keys=True))
-    paths["md"].write_text(to_markdown(matrix))
-    paths["html"].write_text(render_matrix_html(matrix))
+    texts = {"json": dumps_strict(matrix, indent=1, sort_keys=True), "md": to_markdown(matrix),
+             "html": render_matrix_html(matrix)}
+    for kind, path in paths.items():  # whole files only: two sweeps sharing the folder may finish together
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(texts[kind])
+        os.replace(tmp, path)
     return paths
