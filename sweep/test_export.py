@@ -1,6 +1,6 @@
 """The sweep's test: one case per (model class, backend, shapes), parametrised by :mod:`sweep.plugin`.
 
-Run it with ``pytest --pyargs sweep --backend=... --models=...`` (or ``./dev sweep``).
+Run it with ``pytest --backend=... --models=...`` (no path: the plugin collects this module) or ``./dev sweep``.
 """
 
 
