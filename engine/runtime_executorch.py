@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from engine.errors import ExportStageError, InputError, require
+from engine.input_checks import LeafSpec, bounds_spec, check_leaves
 from engine.pytree import get_leaf_tensors
 from engine.runtime import register_runner
 
@@ -52,37 +53,10 @@ def load_program(artifact: Any):
 
 def check_inputs(meta: dict, inputs: dict[str, Any]) -> list[torch.Tensor]:
     """The method inputs in the program's order (tensors cast to its dtypes, constant leaves as traced);
-    :class:`InputError` on any mismatch."""
-    model = meta.get("model", "program")
-    given = get_leaf_tensors(inputs)
-    expected = [spec["name"] for spec in meta["inputs"]]
-    missing = [n for n in expected if n not in given]
-    extra = [n for n in given if n not in expected]
-    if missing or extra:
-        raise InputError(
-            f"{model}: the ExecuTorch program takes inputs {', '.join(expected)}"
-            + (f"; missing: {', '.join(missing)}" if missing else "")
-            + (f"; not taken: {', '.join(extra)}" if extra else "")
-        )
-    flat = []
-    for spec in meta["inputs"]:
-        name, bounds = spec["name"], spec["bounds"]
-        tensor = given[name]
-        if tensor.ndim != len(bounds):
-            raise InputError(f"{model}: input {name} has {tensor.ndim} dims, the program takes {len(bounds)}")
-        for d, (size, (lo, hi)) in enumerate(zip(tensor.shape, bounds)):
-            if not lo <= size <= hi:
-                allowed = f"exactly {lo}" if lo == hi else f"between {lo} and {hi}"
-                raise InputError(
-                    f"{model}: input {name} dim {d} is {size}, outside the exported bounds: it must be {allowed} "
-                    f"(shape {tuple(tensor.shape)}); export with dynamic_shapes Dim(min=, max=) covering it"
-                )
-        dtype = getattr(torch, spec["dtype"])
-        if tensor.dtype != dtype:
-            if tensor.is_floating_point() != dtype.is_floating_point:
-                raise InputError(f"{model}: input {name} is {tensor.dtype}, the program takes {dtype}")
-            tensor = tensor.to(dtype)
-        flat.append(tensor.detach().cpu().contiguous())
+    :class:`InputError` on any mismatch (the checks of :func:`engine.input_checks.check_leaves`)."""
+    specs = [LeafSpec(spec["name"], getattr(torch, spec["dtype"]), bounds_spec(spec["bounds"])) for spec in meta["inputs"]]
+    checked = check_leaves(meta.get("model", "program"), "ExecuTorch program", specs, get_leaf_tensors(inputs))
+    flat = [tensor.detach().cpu().contiguous() for tensor in checked.values()]
     for position, value in meta.get("constant_inputs", ()):  # None leaves the trace kept as method inputs
         flat.insert(position, value)
     return flat

@@ -99,12 +99,13 @@ def test_a_prompt_longer_than_the_captured_one_comes_back_whole(name):
 
 def test_a_prompt_outside_what_the_programs_take_is_an_error_naming_the_component():
     """Llama's prefill runs through its decode program over a static cache of MAX_CACHE_LEN: a longer prompt is
-    outside the shapes it accepts, named with the component and its shapes rather than a bare guard assertion."""
+    outside the shapes it accepts, named with the component, its shapes and the bound rather than a bare guard assertion."""
     tiny = MODELS["llama"]
     model = tiny.model()
     components = AutoExporter.export_for_generation(model, generation_inputs("llama", 0, "static", model), {"dynamic": True})
     inputs = with_cache(tiny.make_inputs(2, MAX_CACHE_LEN + 4, 1), "static", model)
-    with pytest.raises(ExportStageError, match=rf"stage 'run' failed for the 'prefill' generation component \(given input_ids \(2, {MAX_CACHE_LEN + 4}\).*Guard failed"):
+    with pytest.raises(ExportStageError, match=rf"stage 'run' failed for the 'prefill' generation component \(given input_ids \(2, {MAX_CACHE_LEN + 4}\).*"
+                       rf"InputError: .* dim 1 is {MAX_CACHE_LEN + 4}, outside the exported bounds"):
         generate(components, inputs, max_new_tokens=2)
 
 
