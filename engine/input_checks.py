@@ -136,15 +136,16 @@ class _Ties:
         if expr is not None and expr in self.values:
             value, where = self.values[expr]
             if size != value:
-                raise InputError(
-                    f"{self.label}: input {spec.name} dim {d} is {size}, but the program has it equal to {where}, "
-                    f"which is {value}: it must be {value} (shape {tuple(tensor.shape)})"
-                )
+                raise self._unequal(spec, tensor, d, size, f"{where}, which is {value}", value)
             return
         if not _in_bounds(size, dim.lo, dim.hi):
             raise _out_of_bounds(self.label, spec, tensor, d, size, dim.lo, dim.hi)
         if expr is not None:
             self.values[expr] = (size, f"{spec.name} dim {d}")
+
+    def _unequal(self, spec: LeafSpec, tensor: torch.Tensor, d: int, size: int, equal_to: str, value: int) -> InputError:
+        return InputError(f"{self.label}: input {spec.name} dim {d} is {size}, but the program has it equal to "
+                          f"{equal_to}: it must be {value} (shape {tuple(tensor.shape)})")
 
     def check_deferred(self) -> None:
         for spec, tensor, d, size, dim in self.deferred:
@@ -178,10 +179,7 @@ class _Ties:
             value = None
         if value is not None:
             if size != value:
-                raise InputError(
-                    f"{self.label}: input {spec.name} dim {d} is {size}, but the program has it equal to "
-                    f"{self._in_names(expr)} = {value}: it must be {value} (shape {tuple(tensor.shape)})"
-                )
+                raise self._unequal(spec, tensor, d, size, f"{self._in_names(expr)} = {value}", value)
             return
         if not _in_bounds(size, dim.lo, dim.hi):
             raise _out_of_bounds(self.label, spec, tensor, d, size, dim.lo, dim.hi)
