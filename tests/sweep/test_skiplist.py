@@ -71,9 +71,10 @@ def test_globs_and_class_lists_cover_several_classes_and_overlaps_are_named(tmp_
         load_skiplists(tmp_path, set(names).__contains__, lambda: names)
 
 
-def test_every_non_passing_baseline_case_is_listed_with_its_cause():
+@pytest.mark.parametrize("report", ["baseline", "generate"])
+def test_every_non_passing_baseline_case_is_listed_with_its_cause(report):
     """The CI gate's premise: a catalog run at the pins is green because every known failure is listed. A new
-    baseline row that fails without an entry (its cause and link, or a TODO) fails here."""
+    baseline row (or generation row) that fails without an entry (its cause and link, or a TODO) fails here."""
     from pathlib import Path
 
     from sweep import catalog
@@ -83,8 +84,8 @@ def test_every_non_passing_baseline_case_is_listed_with_its_cause():
 
     root = Path(__file__).resolve().parents[2]
     lists = load_skiplists(root / "skiplists", is_known_class, catalog.all_classes)
-    rows = latest_rows(list(read_rows(root / "reports" / "baseline" / "results.jsonl")))
+    rows = latest_rows(list(read_rows(root / "reports" / report / "results.jsonl")))
     missing = unlisted(rows, lists)
-    assert not missing, (f"{len(missing)} non-passing baseline cases have no skiplist entry "
-                         "(draft them with `export-sweep skiplist reports/baseline`), e.g. "
+    assert not missing, (f"{len(missing)} non-passing cases of reports/{report} have no skiplist entry "
+                         f"(draft them with `export-sweep skiplist reports/{report}`), e.g. "
                          + ", ".join(f"{r['model']}-{r['backend']}" for r in missing[:10]))
