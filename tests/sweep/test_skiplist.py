@@ -48,9 +48,10 @@ def test_valid_entries_and_lookup(tmp_path):
 def test_the_repository_skiplists_are_valid():
     from pathlib import Path
 
+    from sweep import catalog
     from sweep.selection import is_known_class
 
-    load_skiplists(Path(__file__).resolve().parents[2] / "skiplists", is_known_class)
+    load_skiplists(Path(__file__).resolve().parents[2] / "skiplists", is_known_class, catalog.all_classes)
 
 
 def test_globs_and_class_lists_cover_several_classes_and_overlaps_are_named(tmp_path):
