@@ -331,6 +331,26 @@ def test_a_single_trace_needs_the_patch_that_skips_the_retrace(monkeypatch):
     assert comparison.ok, str(comparison)
 
 
+def test_a_single_trace_that_guards_on_data_falls_back_to_two_passes(monkeypatch):
+    """Decomposing while tracing can guard on an unbacked size the two passes leave symbolic (SAM 3's
+    ``Eq(u0*u1, 16)``): the exporter then takes the two passes, and the program still matches eager."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    tried = []
+
+    def guards(*args, **kwargs):
+        tried.append(args)
+        raise GuardOnDataDependentSymNode("Could not guard on data-dependent expression Eq(u0*u1, 16)")
+
+    monkeypatch.setattr(engine.exporter_onnx, "export_decomposed", guards)
+    make, trace_inputs, run_inputs, *_ = OP_CASES["index_put_bool_mask"]
+    module = make().eval()
+    program = export(module, trace_inputs, dynamic=True)
+    assert len(tried) == 1
+    comparison = compare_leaves(eager_leaves(module, run_inputs), run_exported(program, run_inputs), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+
+
 # ─── Config, defaults and errors ─────────────────────────────────────────────────────────────────
 
 def test_auto_classes_pick_onnx():
