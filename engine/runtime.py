@@ -71,17 +71,16 @@ def _run_exported_program(program: torch.export.ExportedProgram, inputs: dict[st
     return get_leaf_tensors(outputs)
 
 
-def check_exported_program_inputs(program: torch.export.ExportedProgram, inputs: dict[str, Any], label: str | None = None,
-                                  specs: list[LeafSpec] | None = None) -> dict[str, Any]:
+def check_exported_program_inputs(program: torch.export.ExportedProgram, inputs: dict[str, Any], label: str,
+                                  specs: list[LeafSpec] | None) -> dict[str, Any]:
     """``inputs`` checked against the program's user inputs, by leaf name (:func:`engine.input_checks.check_leaves`:
     names, ranks, dims within ``range_constraints`` and tied by its symbols, its runtime asserts on input sizes,
     dtypes); tensors of another dtype of the same kind come back cast to the program's. :class:`InputError` on any
     mismatch."""
-    specs = exported_program_specs(program) if specs is None else specs
     if specs is None:  # a program whose inputs cannot be named: torch's own checks apply (converted when they fail)
         return inputs
     given = get_leaf_tensors(inputs)
-    checked = check_leaves(label or program_label(program), "exported program", specs, given,
+    checked = check_leaves(label, "exported program", specs, given,
                            constraints=exported_program_constraints(program))
     if all(checked[name] is given[name] for name in checked):
         return inputs

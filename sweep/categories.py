@@ -19,7 +19,13 @@ MAX_LENGTH = 120
 BUILD_ERRORS = ("config_error", "init_error", "forward_error")
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # torch.onnx colours parts of its messages
+# Terminal control sequences (torch.onnx colours its messages: "\x1b[1m...\x1b[0m"): colours and any other CSI.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def strip_ansi(text: Any) -> str | None:
+    """``text`` as a string without terminal escape sequences (``None`` stays ``None``)."""
+    return None if text is None else _ANSI.sub("", str(text))
 
 
 _BARE_TYPE = re.compile(r"^[\w.]+:$")  # "SpecViolationError:" with its message on the lines below
@@ -32,7 +38,7 @@ def first_line(error: str | None) -> str | None:
     on a new line) gets the next non-blank line appended, so the line names the cause."""
     if not error:
         return None
-    lines = [line.strip() for line in _ANSI.sub("", str(error)).splitlines() if line.strip()]
+    lines = [line.strip() for line in strip_ansi(error).splitlines() if line.strip()]
     if not lines:
         return None
     if _BARE_TYPE.match(lines[0]) and len(lines) > 1:

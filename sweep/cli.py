@@ -14,12 +14,11 @@ Without the installed script: ``python -m sweep.cli ...``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
-from sweep.results import ROWS_FILE, CorruptRow, RowFileError, case_id, dumps_strict, latest_rows, read_rows, rows_path
+from sweep.results import (ROWS_FILE, CorruptRow, RowFileError, case_id, dumps_strict, latest_rows, read_rows,
+                           replace_file, rows_path)
 
 PROG = "export-sweep"
 
@@ -62,17 +61,6 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_rows_atomically(rows: list[dict], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results-", suffix=".jsonl")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(dumps_strict(row, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def cmd_merge(args: argparse.Namespace) -> int:
     from sweep.matrix import write_matrix
 
@@ -90,7 +78,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
               f"{', '.join(files)}); the latest row of each case is kept", file=sys.stderr)
     merged = latest_rows(everything)
     out = Path(args.out)
-    _write_rows_atomically(merged, out / ROWS_FILE)
+    replace_file(out / ROWS_FILE, "".join(dumps_strict(row, sort_keys=True) + "\n" for row in merged))
     paths = write_matrix(merged, out)
     print(f"merged {len(merged)} cases from {len(args.rows)} row files into {out / ROWS_FILE}")
     _say(paths)

@@ -9,27 +9,18 @@ rows without them, the project's current pins) with the installed versions the r
 from __future__ import annotations
 
 import math
-import os
-import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from sweep.categories import categorize, first_line
-from sweep.results import case_id, dumps_strict, latest_rows
+from sweep.categories import categorize, first_line, strip_ansi
+from sweep.results import case_id, dumps_strict, latest_rows, replace_file
 
 STATUSES = ("pass", "discrepancy", "fail", "skip", "timeout", "crash")
 NOT_PASSING = ("discrepancy", "fail", "timeout", "crash")
 BACKEND_ORDER = ("eager", "dynamo", "onnx", "executorch")
 MAX_DIFFS = 12  # output leaves kept per cell (the worst first)
 MARKDOWN_BUDGET = 60_000  # a GitHub comment holds 65,536 characters
-# Terminal control sequences (torch.onnx colours its messages: "\x1b[1m...\x1b[0m"): colours and any other CSI.
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
-
-
-def strip_ansi(text: Any) -> str | None:
-    """``text`` as a string without terminal escape sequences (``None`` stays ``None``)."""
-    return None if text is None else _ANSI.sub("", str(text))
 
 
 def column(row: dict[str, Any]) -> str:
@@ -213,7 +204,5 @@ def write_matrix(rows: list[dict[str, Any]], directory: Path, pins: dict[str, st
     texts = {"json": dumps_strict(matrix, indent=1, sort_keys=True), "md": to_markdown(matrix),
              "html": render_matrix_html(matrix)}
     for kind, path in paths.items():  # whole files only: two sweeps sharing the folder may finish together
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(texts[kind])
-        os.replace(tmp, path)
+        replace_file(path, texts[kind])
     return paths

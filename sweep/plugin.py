@@ -389,9 +389,9 @@ ERROR_LINES = {"line": 1, "short": 3, "auto": 8, "native": 8, "long": 8}
 def failure_summary(row: dict, tbstyle: str, rows_path: Path) -> str:
     """What the terminal shows for a failing case: class, backend, stage, category, the error's first lines and
     how to list it as known; ``--tb=long`` adds the child's traceback. The full error stays in the row."""
-    from sweep.categories import _ANSI
+    from sweep.categories import strip_ansi
 
-    error_lines = [line for line in _ANSI.sub("", str(row.get("error") or "")).splitlines() if line.strip()]
+    error_lines = [line for line in strip_ansi(row.get("error") or "").splitlines() if line.strip()]
     if tbstyle == "line":
         return f"{row['status']} in {row.get('stage') or '?'}: {error_lines[0] if error_lines else ''}"
     shown = error_lines[: ERROR_LINES.get(tbstyle, 8)]
@@ -400,7 +400,7 @@ def failure_summary(row: dict, tbstyle: str, rows_path: Path) -> str:
     if len(error_lines) > len(shown):
         lines.append(f"  ... {len(error_lines) - len(shown)} more lines in the row ({rows_path})")
     if tbstyle in ("long", "native") and row.get("traceback"):
-        lines += ["traceback (child process):", _ANSI.sub("", row["traceback"]).rstrip()]
+        lines += ["traceback (child process):", strip_ansi(row["traceback"]).rstrip()]
     lines.append(f"known failure? list it in skiplists/export_skip.yaml with its cause and upstream link "
                  f"(draft: export-sweep skiplist {rows_path.parent})")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ import fcntl
 import json
 import math
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,18 @@ def append_row(path: Path, row: dict[str, Any]) -> None:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (a temporary file in the same folder, synced, then renamed over it): a
+    reader, or another sweep writing the same file, never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 class CorruptRow(ValueError):

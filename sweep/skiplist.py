@@ -163,9 +163,6 @@ def load_skiplists(directory: Path, known_class: Callable[[str], bool],
 
 # ─── Coverage and drafts ─────────────────────────────────────────────────────────────────────────
 
-NOT_PASSING = ("discrepancy", "fail", "timeout", "crash")
-
-
 def listed(row: dict, skiplists: Skiplists) -> SkipEntry | None:
     """The entry that explains a row's failure: export_skip (generate_skip for a generation case), or for an ONNX
     case onnx_disable_optimize (the case runs with the optimiser off instead)."""
@@ -178,6 +175,8 @@ def listed(row: dict, skiplists: Skiplists) -> SkipEntry | None:
 
 def unlisted(rows: Iterable[dict], skiplists: Skiplists) -> list[dict]:
     """The rows that do not pass and that no skiplist entry explains (pass ``latest_rows``: one per case)."""
+    from sweep.matrix import NOT_PASSING
+
     return [r for r in rows if r["status"] in NOT_PASSING and listed(r, skiplists) is None]
 
 
