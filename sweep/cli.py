@@ -4,6 +4,7 @@
     export-sweep merge shard-*/ --out reports/all    # join the shards' rows into one report
     export-sweep compare baseline/ reports/          # regressions, fixes, ...; exit 1 on regressions or missing cases
     export-sweep skiplist reports/baseline           # draft skiplist entries for the unlisted non-passing cases
+    export-sweep drift .venv-new --models=smoke      # sweep in another environment, compare with the baseline
 
 Paths are row files or report folders (holding ``results.jsonl``). A corrupt line is reported on stderr with
 its file and line number and skipped (``--strict`` makes it an error). Exit codes: 0 fine, 1 regressions or
@@ -123,11 +124,20 @@ def cmd_skiplist(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_drift(args: argparse.Namespace, sweep_args: list[str]) -> int:
+    from sweep.drift import DriftError, run_drift
+
+    try:
+        return run_drift(args.env, Path(args.baseline), Path(args.out) if args.out else None, sweep_args)
+    except DriftError as e:
+        raise CliError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{matrix,merge,compare,skiplist}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{matrix,merge,compare,skiplist,drift}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--strict", action="store_true", help="a corrupt line is an error (default: reported and skipped)")
@@ -166,13 +176,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skiplist-dir", default=str(DEFAULT_SKIPLISTS), help="the skiplists to check against")
     common(p)
     p.set_defaults(func=cmd_skiplist)
+
+    p = sub.add_parser("drift", help="run the sweep in another environment (./dev env NAME PKG==VER ...) and compare "
+                                     "its rows with a baseline; other arguments go to the sweep (python -m sweep)")
+    p.add_argument("env", metavar="ENV", help="a venv folder made by ./dev env (e.g. .venv-new) or a python executable")
+    p.add_argument("--baseline", default="reports/baseline", help="the run to compare with (default reports/baseline)")
+    p.add_argument("--out", help="report folder (default reports/drift/<old versions>-to-<new versions>)")
+    p.set_defaults(func=cmd_drift, passes_through=True)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and not getattr(args, "passes_through", False):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        return args.func(args)
+        return args.func(args, rest) if getattr(args, "passes_through", False) else args.func(args)
     except CliError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,151 @@
+"""Drift: the sweep in a second environment holding other versions of the stack, compared with a baseline.
+
+    ./dev env new torch==2.14.1 transformers==5.24.0     # .venv-new: our pins, with these versions instead
+    export-sweep drift .venv-new --backend=all --models=smoke      # rows + compare in reports/drift/<old>-to-<new>/
+
+The second environment installs this checkout (editable) with every pin of ``pyproject.toml`` except the ones
+named, so the only difference between the two runs is the versions that moved. ``export-sweep drift`` runs the
+sweep with that environment's Python (any pytest/sweep argument passes through; ``--resume`` continues a run in
+pieces), then compares the rows with the baseline: ``compare.md``/``compare.html``/``compare.json`` beside the rows,
+exit 1 on a regression (or on a case of the baseline the run lacks, unless the run covers some classes only).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+_REQ = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(\[[^\]]*\])?\s*(.*)$")
+_OVERRIDE = re.compile(r"^([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.+!\-]+)$")
+
+
+class DriftError(Exception):
+    """Bad input to ``./dev env`` or ``export-sweep drift``: one line saying what was wrong and what is allowed."""
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_overrides(specs: list[str]) -> dict[str, str]:
+    """``["torch==2.14.1", ...]`` -> ``{"torch": "2.14.1"}``; only exact pins of packages we pin are allowed."""
+    from engine.versions import pinned_versions
+
+    pins = {_norm(n): n for n in pinned_versions()}
+    out: dict[str, str] = {}
+    for spec in specs:
+        m = _OVERRIDE.match(spec.strip())
+        if not m:
+            raise DriftError(f"{spec!r}: expected PACKAGE==VERSION (an exact version, e.g. torch==2.14.1)")
+        if _norm(m.group(1)) not in pins:
+            raise DriftError(f"{m.group(1)!r} is not pinned in pyproject.toml; pinned: {', '.join(sorted(pins.values()))}")
+        out[pins[_norm(m.group(1))]] = m.group(2)
+    return out
+
+
+def requirements(overrides: dict[str, str], extra: str = "test") -> list[str]:
+    """The project's requirements with ``extra``'s (recursively through ``export-sweep[...]``), pins replaced."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project.get("optional-dependencies", {})
+    reqs: list[str] = list(project.get("dependencies", []))
+    todo, seen = [extra], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for req in extras.get(name, []):
+            m = _REQ.match(req)
+            if m and _norm(m.group(1)) == _norm(project["name"]):  # export-sweep[onnx,executorch]
+                todo += [e.strip() for e in (m.group(2) or "[]")[1:-1].split(",") if e.strip()]
+            else:
+                reqs.append(req)
+    wanted = {_norm(k): v for k, v in overrides.items()}
+    out = []
+    for req in reqs:
+        m = _REQ.match(req)
+        name = _norm(m.group(1)) if m else ""
+        out.append(f"{m.group(1)}=={wanted[name]}" if name in wanted else req)
+    return out
+
+
+def env_versions(python: Path) -> dict[str, str | None]:
+    """Installed versions of the pinned packages in the environment of ``python``."""
+    code = "import json; from engine.versions import installed_versions as v; print(json.dumps(v()))"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=REPO)
+    if done.returncode:
+        raise DriftError(f"{python} cannot import export-sweep's engine (make it with ./dev env NAME ...): "
+                         f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def env_python(env: str) -> Path:
+    """A venv folder (``.venv-new``) or a Python executable."""
+    path = Path(env)
+    python = path / "bin" / "python" if path.is_dir() else path
+    if not python.is_file():
+        raise DriftError(f"{env}: no such environment (a venv folder made by `./dev env NAME PKG==VER ...`, "
+                         "or a python executable)")
+    return python
+
+
+def folder_name(old: dict[str, str], new: dict[str, str | None]) -> str:
+    """``torch-2.13.0_transformers-5.23.0-to-torch-2.14.1_transformers-5.24.0``: the packages that moved."""
+    base = lambda v: (v or "none").split("+", 1)[0]  # noqa: E731 (2.14.1+cu128 is 2.14.1)
+    moved = sorted(n for n in set(old) | set(new) if base(old.get(n)) != base(new.get(n)))
+    if not moved:
+        return "same-versions"
+    return ("_".join(f"{n}-{base(old.get(n))}" for n in moved) + "-to-"
+            + "_".join(f"{n}-{base(new.get(n))}" for n in moved))
+
+
+def run_drift(env: str, baseline: Path, out: Path | None, sweep_args: list[str]) -> int:
+    """Run the sweep in ``env`` into ``out`` and compare it with ``baseline``; the compare's exit code."""
+    from sweep.compare import compare_runs, headline, write_comparison, _versions
+    from sweep.results import read_rows, rows_path
+
+    python = env_python(env)
+    try:
+        old_rows = list(read_rows(rows_path(baseline)))
+    except Exception as e:  # RowFileError, OSError
+        raise DriftError(f"baseline {baseline}: {e}") from None
+    new_versions = env_versions(python)
+    out = out or REPO / "reports" / "drift" / folder_name(_versions(old_rows), new_versions)
+    out.mkdir(parents=True, exist_ok=True)
+    drifted = ", ".join(f"{n} {v}" for n, v in sorted(new_versions.items()) if v)
+    print(f"drift: sweeping with {python} ({drifted}) into {out}", flush=True)
+    swept = subprocess.run([str(python), "-m", "sweep", f"--report-dir={out}", *sweep_args], cwd=REPO)
+    if swept.returncode not in (0, 1):  # 1: some case failed, which is what a drift run is for
+        print(f"drift: the sweep exited {swept.returncode}; comparing the rows it wrote", file=sys.stderr)
+    try:
+        new_rows = list(read_rows(rows_path(out)))
+    except Exception as e:
+        raise DriftError(f"the sweep wrote no rows into {out}: {e}") from None
+    comparison = compare_runs(old_rows, new_rows, old_label=str(baseline), new_label=str(out))
+    paths = write_comparison(comparison, out)
+    print(("REGRESSIONS: " if comparison.exit_code else "ok: ") + headline(comparison))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return comparison.exit_code
+
+
+def main(argv: list[str]) -> int:
+    """``python -m sweep.drift requirements PKG==VER ...``: the requirement lines ``./dev env`` installs."""
+    if argv[:1] != ["requirements"]:
+        print("usage: python -m sweep.drift requirements [PKG==VER ...]", file=sys.stderr)
+        return 2
+    try:
+        print("\n".join(requirements(parse_overrides(argv[1:]))))
+    except DriftError as e:
+        print(f"./dev env: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
