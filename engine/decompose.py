@@ -49,6 +49,10 @@ class GenerationPlan:
     token_dims: dict[str, int] = field(default_factory=dict)
     #: kwargs that grow by one position per generated token (attention masks)
     growing: dict[str, int] = field(default_factory=dict)
+    #: per-position kwargs generate() extends by repeating the last position and slices to the tokens being
+    #: processed (GPT-2's ``token_type_ids``, Idefics' ``image_attention_mask``): each decode step takes the
+    #: prompt's last position along ``per_token[name]``
+    per_token: dict[str, int] = field(default_factory=dict)
     #: the kwarg holding the token ids fed back each step (``input_ids`` or ``decoder_input_ids``)
     token_input: str = "input_ids"
     #: the component run once on the prompt, and the one run per new token
@@ -79,6 +83,10 @@ class GenerationPlan:
     #: ``language_model``, ``lm_head``) instead of a program of its own; kept by ``export_for_generation`` only once
     #: those programs reproduced the eager prefill (see :func:`learn_multimodal_prefill`)
     multimodal_prefill: MultimodalPrefill | None = None
+    #: capture only (the exporter clears it): the last one-token decode call, the decode program's fallback when
+    #: the merged two-token step cannot be exported or comes out pinned to two tokens (a Python loop over the
+    #: query, an assert on one token)
+    one_token_decode: dict[str, Any] | None = None
 
 
 @dataclass
@@ -194,16 +202,39 @@ def _growing_dim(a: torch.Tensor, b: torch.Tensor) -> int | None:
     return grown[0] if len(grown) == 1 and len(same) == a.ndim - 1 else None
 
 
-def merge_decode_calls(first: dict[str, Any], second: dict[str, Any], plan: GenerationPlan) -> dict[str, Any]:
+def _per_token_dim(name: str, a: torch.Tensor, b: torch.Tensor, prefill: Mapping[str, Any] | None,
+                   prompt_length: int | None) -> int | None:
+    """The dim along which a kwarg holds one entry per processed token although it repeats (the same in both decode
+    calls): size 1 there in the decode calls, the prompt's length there in the prefill."""
+    before = (prefill or {}).get(name)
+    if name in TOKEN_INPUTS or not isinstance(before, torch.Tensor) or before.ndim != a.ndim or not prompt_length:
+        return None
+    dims = [d for d in range(a.ndim) if a.shape[d] == 1 and before.shape[d] == prompt_length
+            and all(before.shape[o] == a.shape[o] for o in range(a.ndim) if o != d)]
+    return dims[-1] if len(dims) >= 1 and prompt_length > 1 and torch.equal(a, b) else None
+
+
+def merge_decode_calls(first: dict[str, Any], second: dict[str, Any], plan: GenerationPlan,
+                       prefill: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One two-token decode step from two one-token calls: token kwargs concatenated, growing kwargs taken
-    from the second call, everything else (the cache before the first call included) from the first."""
+    from the second call, everything else (the cache before the first call included) from the first.
+
+    A kwarg that is the same in both calls but held the prompt's length in the ``prefill`` along the dim the
+    decode calls have at 1 is per-token (generate() repeats its last position): concatenated too, and recorded in
+    ``plan.per_token``."""
+    ids = (prefill or {}).get("decoder_input_ids", (prefill or {}).get("input_ids"))
+    prompt_length = ids.shape[-1] if isinstance(ids, torch.Tensor) and ids.ndim >= 1 else None
     merged = {}
     for name, a in first.items():
         b = second.get(name)
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
             growing, token_dim = _growing_dim(a, b), _token_dim(a, b)
             carries_tokens = token_dim is not None and (name in TOKEN_INPUTS or not torch.equal(a, b))
-            if growing is not None:  # e.g. an attention mask: one position more per token
+            per_token = None if growing is not None or carries_tokens else _per_token_dim(name, a, b, prefill, prompt_length)
+            if per_token is not None:  # token_type_ids, a per-token image mask: one entry per query token
+                plan.per_token[name] = per_token
+                merged[name] = torch.cat([a, b], dim=per_token)
+            elif growing is not None:  # e.g. an attention mask: one position more per token
                 plan.growing[name] = growing
                 merged[name] = b
             elif carries_tokens:  # ids, positions: concatenated into a two-token query
@@ -309,11 +340,16 @@ def decompose_prefill_decode(model: torch.nn.Module, inputs: Mapping[str, Any], 
             f"new tokens, so prefill and decode steps cannot be captured from it (add the class to "
             f"skiplists/generate_skip.yaml with the reason)"
         )
-    prefill, decode = _clean(calls[0]), merge_decode_calls(_clean(calls[-2]), _clean(calls[-1]), plan)
+    # generate() may hand the forward keywords only its own prepare_inputs_for_generation reads (OpenAI-GPT, XLM
+    # pass every generate() kwarg on: next_sequence_length, ...); a forward whose **kwargs is typed reads none of them
+    prefill = _declared(model, _clean(calls[0]))
+    first, last = _declared(model, _clean(calls[-2])), _declared(model, _clean(calls[-1]))
+    decode = merge_decode_calls(first, last, plan, prefill)
+    plan.one_token_decode = last
     caches = [next((call[k] for k in cache_kwargs(call)), None) for call in (calls[0], calls[-2], calls[-1])]
     if caches[1] is not None and caches[2] is not None:
         plan.empty_cache = empty_cache_leaves(*caches)
-    for flags in (prefill, decode):
+    for flags in (prefill, decode, last):
         flags.update({k: v for k, v in calls[0].items() if k in OUTPUT_FLAGS})
     plan.token_input = "decoder_input_ids" if "decoder_input_ids" in decode else "input_ids"
     # what generate() returns around the new tokens: some models return the whole prompt, others part or none
@@ -490,7 +526,10 @@ def learn_multimodal_prefill(model: torch.nn.Module, components: Mapping[str, tu
     ``lm_head`` read one of the language model's outputs. The exported programs are checked against the eager
     prefill once they exist (``export_for_generation``)."""
     needed = ("language_model", "lm_head", "prefill")
-    embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    try:
+        embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    except (NotImplementedError, AttributeError):  # PreTrainedModel's default raises for models without one
+        embed = None
     if not all(name in components for name in needed) or not isinstance(embed, torch.nn.Module) or not plan.encoders:
         return None
     language_model, lm_kwargs = components["language_model"]

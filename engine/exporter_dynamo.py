@@ -89,9 +89,37 @@ class DynamoExporter:
                 else:
                     module, kwargs = parts[name]
                     started = time.perf_counter()
-                    exported[name] = self.export(module, kwargs, config=_component_config(config, name))
+                    if name == plan.decode:
+                        exported[name] = self._export_decode(module, kwargs, plan, _component_config(config, name))
+                    else:
+                        exported[name] = self.export(module, kwargs, config=_component_config(config, name))
                     seconds[name] = round(time.perf_counter() - started, 4)
+        plan.one_token_decode = None
         return GenerationComponents({name: exported[name] for name in parts if name in exported}, plan=plan, seconds=seconds)
+
+    def _export_decode(self, module: torch.nn.Module, merged: Mapping[str, Any], plan: GenerationPlan, config: Any) -> Any:
+        """The decode program: the merged two-token step (its query length symbolic, so it also serves the prefill
+        and runs one token at a time), checked on the last captured one-token call; when that step cannot be
+        exported or its program does not reproduce the one-token call (a Python loop over the query tokens unrolled
+        and pinned to two: MiniMax's lightning attention, RWKV; a model that asserts one token per cached step:
+        ProphetNet), the one-token call itself, with the query length fixed at 1 (and the prefill its own program)."""
+        single = plan.one_token_decode
+        try:
+            program = self.export(module, merged, config=config)
+        except ExportStageError as error:
+            if single is None:
+                raise
+            logger.info("%s: the two-token decode step does not export (%s); exporting the one-token step",
+                        model_name(module), str(error).splitlines()[0])
+        else:
+            if single is None or _reproduces_prefill("the two-token decode program", module, single,
+                                                     lambda: run_exported(program, copy.deepcopy(single))):
+                return program
+            logger.info("%s: the two-token decode program does not run a one-token step; exporting the one-token step",
+                        model_name(module))
+        plan.templates[plan.decode] = single
+        plan.empty_cache = None  # a one-token program cannot compute the prompt
+        return self.export(module, single, config=config)
 
     @staticmethod
     def _multimodal_components_serve_prefill(exported: Mapping[str, Any], parts: Mapping[str, Any], plan: GenerationPlan) -> bool:

@@ -37,14 +37,28 @@ class GenerationComponents(dict):
 
 
 def _cache_outputs(outputs: dict[str, torch.Tensor], template_cache: Any) -> dict[str, torch.Tensor]:
-    """The output leaves that refill ``template_cache``: the output prefix whose leaf names cover it."""
+    """The output leaves that refill ``template_cache``: the output prefix whose leaf names cover it. A cache with
+    no leaves (a text-only pass of a model whose every layer is cross-attention) stays empty."""
     wanted = set(get_leaf_tensors(template_cache))
+    if not wanted:
+        return {}
     prefixes = {name.split(".", 1)[0] for name in outputs if "." in name}
     for prefix in sorted(prefixes):
         leaves = {name[len(prefix) + 1 :]: t for name, t in outputs.items() if name.startswith(prefix + ".")}
         if wanted <= set(leaves):
             return leaves
     raise InputError(f"the step's outputs hold no cache with leaves {sorted(wanted)[:4]}...; outputs: {sorted(outputs)[:8]}")
+
+
+def _returned_state(outputs: dict[str, torch.Tensor], name: str, captured: Any) -> Any:
+    """The step's output of the same name as a decode kwarg, shaped like the captured kwarg, or None: a recurrent
+    state a model returns and takes back (RWKV's ``state``, XLNet's ``mems``), which generate() feeds to the next
+    step under that name (``_update_model_kwargs_for_generation``)."""
+    if isinstance(captured, torch.Tensor):
+        return outputs.get(name)
+    wanted = set(get_leaf_tensors(captured)) if isinstance(captured, (list, tuple, dict)) else set()
+    leaves = {k[len(name) + 1 :]: t for k, t in outputs.items() if k.startswith(name + ".")}
+    return fill_leaves(captured, leaves) if wanted and wanted <= set(leaves) else None
 
 
 def _fill(template: dict[str, Any], values: dict[str, Any], cache: dict[str, torch.Tensor] | None) -> dict[str, Any]:
@@ -170,14 +184,21 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
     token_input = plan.token_input
     batch = next(v.shape[0] for v in values.values() if isinstance(v, torch.Tensor))
     if token_input not in values:  # an encoder-decoder starts from the decoder start token(s)
-        values[token_input] = prefill_template[token_input][:1].expand(batch, -1).clone()
+        start = prefill_template[token_input][:1]  # (1, 1), or (1, 1, channels) for Dia's audio codes
+        values[token_input] = start.expand(batch, *start.shape[1:]).clone()
     elif plan.start_tokens is not None:  # as generate() does with given decoder ids
         values[token_input] = torch.cat([plan.start_tokens.expand(batch, 1), values[token_input]], dim=-1)
     prompt_length = values[token_input].shape[-1]
     mask = values.get("attention_mask")
-    if "position_ids" in prefill_template and "position_ids" not in values and isinstance(mask, torch.Tensor) and mask.ndim == 2:
-        # generate()'s convention: positions count the attended tokens of each row
-        values["position_ids"] = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    captured_positions = prefill_template.get("position_ids")
+    if isinstance(captured_positions, torch.Tensor) and "position_ids" not in values:
+        if isinstance(mask, torch.Tensor) and mask.ndim == 2:
+            # generate()'s convention: positions count the attended tokens of each row
+            values["position_ids"] = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        elif captured_positions.ndim == 2 and torch.equal(captured_positions, torch.arange(
+                captured_positions.shape[-1], dtype=captured_positions.dtype).expand_as(captured_positions)):
+            # no mask: every token attended, positions 0..n-1 (the capture says so)
+            values["position_ids"] = torch.arange(prompt_length, dtype=captured_positions.dtype).expand(batch, -1)
     prefill_kwargs = _fill(prefill_template, values, None)
     if plan.multimodal_prefill is not None:  # the reference's multimodal components compute it
         outputs = run_multimodal_prefill(components, plan, prefill_kwargs)
@@ -217,11 +238,20 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
             else:  # an attention mask: the new token is attended
                 new = torch.ones([1 if d == dim else s for d, s in enumerate(grown.shape)], dtype=grown.dtype)
             state[name] = step_values[name] = torch.cat([grown, new], dim=dim)
+        for name, dim in plan.per_token.items():  # generate() repeats the prompt's last position
+            given = values.get(name, prefill_kwargs.get(name))
+            if isinstance(given, torch.Tensor):
+                step_values[name] = given.narrow(dim, given.shape[dim] - 1, 1)
         for name, dim in plan.token_dims.items():
             if name == token_input:
                 step_values[name] = token[:, None].to(sequence.dtype)
             elif name in state:
                 state[name] = step_values[name] = _positions(state[name], dim, 1)
+        for name, captured in decode_template.items():
+            if name not in (*plan.growing, *plan.token_dims, *plan.per_token) and not is_cache_object(captured):
+                state_value = _returned_state(outputs, name, captured)
+                if state_value is not None:
+                    step_values[name] = state_value
         cache = _cache_outputs(outputs, decode_template[cache_name]) if cache_name else None
         outputs = _run(components, plan.decode, _fill(decode_template, step_values, cache))
     kept = plan.prompt_columns_returned if plan.prompt_columns_returned >= 0 else prompt_length

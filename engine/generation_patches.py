@@ -14,7 +14,9 @@ _SLIDING = "transformers.cache_utils.DynamicSlidingWindowLayer"
 
 
 def _history_length(layer) -> int:
-    return layer.keys.shape[-2] if layer.is_initialized else 0
+    """Tokens the layer holds; 0 before its first update, and while its keys are still the 1-D placeholder that
+    ``lazy_initialization`` leaves (a subclass may keep the prompt elsewhere: UnlimitedOcr's ``prefill_keys``)."""
+    return layer.keys.shape[-2] if layer.is_initialized and layer.keys.ndim >= 2 else 0
 
 
 @register_patch("generation", f"{_SLIDING}.update")

@@ -146,3 +146,21 @@ def _patch_gated_delta_forward_substitution(original):
     loop-free UT solve on the export path.
     """
     return lambda: False
+
+
+@register_patch("dynamo", "transformers.models.prophetnet.modeling_prophetnet.ProphetNetPositionalEmbeddings.forward")
+def _patch_prophetnet_cached_position(original):
+    """Pattern: a cached step's position computed as ``int(padding_idx + cache length + query length)``
+    (``ProphetNetPositionalEmbeddings.forward``): ``int()`` of the symbolic cache length pins it to the traced one,
+    so the exported decode step accepts a single cache length. The same position as a tensor expression keeps it
+    symbolic; steps without a cache go to the original. Not an upstream bug report: the cast was added for the
+    legacy ONNX exporter (its comment says so)."""
+
+    def forward(self, inputs_shape, device, attention_mask=None, past_key_values=None, position_ids=None):
+        if position_ids is None and past_key_values is not None and past_key_values.get_seq_length() != 0:
+            position = self.padding_idx + inputs_shape[1] + past_key_values.get_seq_length()
+            position_ids = torch.ones((1, 1), dtype=torch.long, device=device) * position
+            return self._forward(position_ids), position_ids
+        return original(self, inputs_shape, device, attention_mask, past_key_values, position_ids)
+
+    return forward

@@ -8,6 +8,7 @@ step over caches longer than the one it was captured with.
 from __future__ import annotations
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -22,7 +23,9 @@ from engine import (
     decompose_prefill_decode,
     generate,
 )
-from tests.engine.tiny_models import GENERATIVE_EXTRAS, TINY_MODELS
+import transformers as tf
+
+from tests.engine.tiny_models import GENERATIVE_EXTRAS, TINY_MODELS, VOCAB
 
 MODELS = {**{n: TINY_MODELS[n] for n in ("llama", "qwen3", "gemma3_text", "gpt2", "mamba2", "t5", "whisper")}, **GENERATIVE_EXTRAS}
 DECODER_ONLY = ("llama", "qwen3", "gemma3_text", "gpt2")
@@ -285,3 +288,110 @@ def test_multimodal_prefill_falls_back_to_its_own_program_when_the_components_di
     with torch.no_grad():
         expected = model.generate(**copy.deepcopy(inputs), do_sample=False, max_new_tokens=NEW_TOKENS)
     assert torch.equal(generate(components, inputs, max_new_tokens=NEW_TOKENS), expected)
+
+
+# ── Capture: per-token kwargs, undeclared generate() kwargs, the one-token decode fallback ──────────
+
+def _token_type_inputs(seed: int) -> dict:
+    inputs = generation_inputs("gpt2", seed, "dynamic", None)
+    types = torch.zeros_like(inputs["input_ids"])
+    types[:, -3:] = 1  # the prompt's last position says 1: generate() repeats it for every new token
+    return {**inputs, "token_type_ids": types}
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "onnx", "executorch"])
+def test_token_type_ids_follow_the_new_tokens_as_generate_repeats_them(backend):
+    """GPT-2 with ``token_type_ids``: generate() extends them by repeating the last position and feeds each decode
+    step the current tokens' slice. The decode program takes them per token (``plan.per_token``), and every step
+    gets the prompt's last one, not the caller's full-length tensor."""
+    model = MODELS["gpt2"].model()
+    components = AutoExporter.export_for_generation(model, _token_type_inputs(0), {"export_format": backend, "dynamic": True})
+    assert components.plan.per_token == {"token_type_ids": 1}
+    inputs = _token_type_inputs(1)
+    with torch.no_grad():
+        expected = model.generate(**copy.deepcopy(inputs), do_sample=False, max_new_tokens=NEW_TOKENS)
+    got = generate(components, inputs, max_new_tokens=NEW_TOKENS)
+    assert torch.equal(got, expected), f"\neager:    {expected}\nexported: {got}"
+
+
+def test_keywords_generate_passes_that_the_forward_does_not_declare_are_not_captured():
+    """OpenAI-GPT's prepare_inputs_for_generation hands its forward every generate() kwarg (``next_sequence_length``
+    among them); the typed ``**kwargs`` reads none of them, so the captured steps keep only the declared ones."""
+    config = tf.OpenAIGPTConfig(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    torch.manual_seed(0)
+    model = tf.OpenAIGPTLMHeadModel(config).eval()
+    inputs = {"input_ids": torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(0))}
+    parts = decompose_prefill_decode(model, inputs)
+    assert "next_sequence_length" not in parts["prefill"][1] and "next_sequence_length" not in parts["decode"][1]
+    components = AutoExporter.export_for_generation(model, inputs, {"dynamic": True})
+    other = {"input_ids": torch.randint(0, VOCAB, (3, 5), generator=torch.Generator().manual_seed(1))}
+    with torch.no_grad():
+        expected = model.generate(**copy.deepcopy(other), do_sample=False, max_new_tokens=NEW_TOKENS)
+    assert torch.equal(generate(components, other, max_new_tokens=NEW_TOKENS), expected)
+
+
+def _one_token_per_cached_step(forward):
+    """A causal LM's forward that refuses more than one token over a non-empty cache, as ProphetNet asserts."""
+
+    @functools.wraps(forward)
+    def checked(self, input_ids=None, past_key_values=None, **kwargs):
+        if past_key_values is not None and past_key_values.get_seq_length() > 0 and input_ids.shape[1] != 1:
+            raise ValueError("use_cache is only supported for one token at a time")
+        return forward(self, input_ids=input_ids, past_key_values=past_key_values, **kwargs)
+
+    return checked
+
+
+def _python_loop_over_the_query(forward):
+    """A causal LM's forward with a Python loop over the query tokens (MiniMax's lightning attention, RWKV): the
+    trace unrolls it and pins the query length to the traced one."""
+
+    @functools.wraps(forward)
+    def looped(self, input_ids=None, **kwargs):
+        out = forward(self, input_ids=input_ids, **kwargs)
+        zero = out.logits.new_zeros(())
+        for i in range(input_ids.shape[1]):  # unrolled: the program accepts only the traced query length
+            zero = zero + (input_ids[:, i] * 0).sum()
+        out.logits = out.logits + zero
+        return out
+
+    return looped
+
+
+@pytest.mark.parametrize("backend, wrap", [("dynamo", _one_token_per_cached_step), ("onnx", _one_token_per_cached_step),
+                                           ("dynamo", _python_loop_over_the_query)])
+def test_a_decode_step_that_takes_one_token_only_is_exported_from_the_one_token_call(backend, wrap, monkeypatch):
+    """The merged two-token decode step cannot be traced when the model asserts one token per cached step, and its
+    program does not run one token when a Python loop over the query pinned it to two: the decode program is then
+    the last captured one-token call (query length 1) and the prefill its own program."""
+    model = MODELS["llama"].model()
+    monkeypatch.setattr(type(model), "forward", wrap(type(model).forward))
+    components = AutoExporter.export_for_generation(model, generation_inputs("llama", 0, "dynamic", model),
+                                                    {"export_format": backend, "dynamic": True})
+    assert components["decode"] is not components["prefill"] and components.plan.empty_cache is None
+    assert components.plan.templates["decode"]["input_ids"].shape[1] == 1
+    inputs = generation_inputs("llama", 1, "dynamic", model)
+    with torch.no_grad():
+        expected = model.generate(**copy.deepcopy(inputs), do_sample=False, max_new_tokens=NEW_TOKENS)
+    assert torch.equal(generate(components, inputs, max_new_tokens=NEW_TOKENS), expected)
+
+
+def test_a_cache_with_no_leaves_stays_empty():
+    """A text-only pass of a model whose layers are all cross-attention fills no cache: nothing to refill."""
+    from transformers import DynamicCache
+
+    from engine.generation import _cache_outputs
+
+    assert _cache_outputs({"logits": torch.zeros(1, 1, 4)}, DynamicCache()) == {}
+
+
+def test_the_sliding_window_history_of_a_layer_still_holding_its_placeholder_is_zero():
+    """``lazy_initialization`` leaves 1-D empty keys; a subclass that keeps the prompt elsewhere (UnlimitedOcr) asks
+    the patched length before its first ``super().update``."""
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    from engine.generation_patches import _history_length
+
+    layer = DynamicSlidingWindowLayer(sliding_window=4)
+    layer.lazy_initialization(torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8))
+    assert layer.keys.ndim == 1 and _history_length(layer) == 0

@@ -93,3 +93,49 @@ def test_exported_gated_delta_rule_has_no_substitution_loop():
     assert compare_leaves(expected, run_exported(program, inputs)).ok
     with torch.no_grad():
         assert compare_leaves(get_leaf_tensors(model(**other)), run_exported(program, other)).ok
+
+
+def _greedy_through_exported_steps(model, inputs, new_tokens=6):
+    import copy
+
+    from engine import AutoExporter, generate
+
+    components = AutoExporter.export_for_generation(model, inputs, {"dynamic": True})
+    other = {k: v.flip(0) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}  # other rows
+    with torch.no_grad():
+        expected = model.generate(**copy.deepcopy(other), do_sample=False, max_new_tokens=new_tokens)
+    return components, generate(components, other, max_new_tokens=new_tokens), expected
+
+
+def test_prophetnet_decode_steps_take_any_cache_length():
+    """ProphetNet's cached position was ``int(padding_idx + cache length + 1)``, which pinned the exported decode
+    step to the traced cache length: the second generated token was rejected. Its decode step also asserts one
+    token per cached step, so the program is the one-token call (engine.decompose's fallback)."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.ProphetNetConfig(vocab_size=64, hidden_size=32, encoder_ffn_dim=32, decoder_ffn_dim=32, num_encoder_layers=1,
+                                 num_decoder_layers=1, num_encoder_attention_heads=2, num_decoder_attention_heads=2, ngram=2,
+                                 num_buckets=8, relative_max_distance=16, max_position_embeddings=64, is_decoder=True,
+                                 add_cross_attention=False)
+    model = tf.ProphetNetForCausalLM(config).eval()
+    inputs = {"input_ids": torch.randint(3, 64, (2, 6), generator=torch.Generator().manual_seed(0))}
+    components, got, expected = _greedy_through_exported_steps(model, inputs)
+    assert components.plan.templates["decode"]["input_ids"].shape[1] == 1
+    assert torch.equal(got, expected), f"\neager:    {expected}\nexported: {got}"
+
+
+def test_a_returned_recurrent_state_is_fed_to_the_next_step():
+    """RWKV takes its ``state`` back each step (generate() does ``model_kwargs["state"] = outputs.state``); the loop
+    feeds the step's ``state`` output under that name instead of the captured one. Its WKV recurrence is a Python
+    loop over the tokens, so the decode program is the one-token call."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.RwkvConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
+                           intermediate_size=64, context_length=64)
+    model = tf.RwkvForCausalLM(config).eval()
+    inputs = {"input_ids": torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(0))}
+    components, got, expected = _greedy_through_exported_steps(model, inputs)
+    assert "state" in components.plan.templates["decode"]
+    assert torch.equal(got, expected), f"\neager:    {expected}\nexported: {got}"
