@@ -17,7 +17,9 @@ from torch.utils._sympy.printers import PythonPrinter
 
 from engine.patches import register_fx_node_fix, register_patch  # noqa: F401
 
-_EXECUTORCH = {"executorch": ">=1.4,<1.5"}
+#: the ExecuTorch releases whose internals these patches were read against: 1.4.1 (the pins) and 1.5.1, whose
+#: patched functions and the helpers they call are unchanged (diffed when following upstream, reports/drift/)
+_EXECUTORCH = {"executorch": ">=1.4,<1.6"}
 
 # ── Stage 2: Torch patches ────────────────────────────────────────────────────────────────────────
 # Ops the ExecuTorch/XNNPACK path cannot take, swapped during torch.export.
@@ -336,7 +338,7 @@ def _patch_edge_dtype_check_from_meta(original):
 def _operator_pass_classes() -> dict[type, bool]:
     """The edge passes that rewrite one operator call at a time (they override ``call_operator`` only; ScalarToTensor's
     ``call`` just resets a flag), mapped to whether they re-enter ``self.call_operator`` for an op they add.
-    Read from their sources in ExecuTorch 1.4 (executorch/exir/passes/)."""
+    Read from their sources in ExecuTorch 1.4 (executorch/exir/passes/; the same in 1.5)."""
     from executorch.exir.passes import (NormalizeTransposePass, ReplaceBrokenOpsWithFunctionalOpsPass, ScalarToTensorPass,
                                         SymToTensorPass)
     from executorch.exir.passes.memory_format_ops_pass import MemoryFormatOpsPass
@@ -374,7 +376,7 @@ def _patch_fused_edge_passes(original):
     ``ExportPass``es that retrace the whole graph on fake tensors with symbolic shapes, 0.25 to 0.45 s each for a
     tiny Llama. Seven of those only rewrite one operator call at a time (:func:`_operator_pass_classes`).
 
-    This is ExecuTorch 1.4's ``_generate_edge_program`` (executorch/exir/program/_program.py) with its pass list
+    This is ExecuTorch 1.4's (and 1.5's, identical) ``_generate_edge_program`` (executorch/exir/program/_program.py) with its pass list
     put through :func:`fuse_operator_passes`: NormalizeTranspose, ReplaceBrokenOps and ScalarToTensor retrace once
     together, and RemoveMixedTypeOperators, OpReplace and MemoryFormatOps once together: four retraces fewer. The
     ``.pte`` bytes are unchanged (``bench/bench_executorch.py --check-identical _patch_fused_edge_passes``).
@@ -520,7 +522,7 @@ def _patch_spec_prop_reuses_the_dim_order_retrace(original):
     program on fake tensors (inserting a dim-order copy where a portable kernel needs one), and right after it
     ``SpecPropPass``, whose first step is a plain ``ExportPass()`` retrace "to ensure [metadata] is up to date"
     before it attaches the tensor specs. The metadata the first retrace just produced is what the second one
-    recomputes. When the two passes are adjacent in the list (ExecuTorch 1.4's ``edge_to_executorch_passes``), they
+    recomputes. When the two passes are adjacent in the list (ExecuTorch 1.4's and 1.5's ``edge_to_executorch_passes``), they
     become one ``SpecPropPass`` whose metadata retrace *is* the dim-order pass: one whole-program retrace fewer
     per export: ``to_executorch`` 1.26 -> 0.92 CPU s for a tiny Llama, 0.79 -> 0.52 s for a tiny ViT (exports of
     5 to 9 s; ``bench/bench_executorch.py --check-identical _patch_spec_prop_reuses_the_dim_order_retrace --timed
@@ -548,7 +550,7 @@ def _patch_spec_prop_reuses_the_dim_order_retrace(original):
     return edge_to_executorch_passes
 
 
-@register_patch("executorch", "torch.export.exported_program._convert_guards_to_code", requires={"torch": ">=2.11,<2.14"})
+@register_patch("executorch", "torch.export.exported_program._convert_guards_to_code", requires={"torch": ">=2.11,<2.15"})
 def _patch_guards_printed_once_per_shape_env(original):
     """Pattern: every ``ExportedProgram`` constructor prints all the guards of its shape env as Python source
     (``_convert_guards_to_code``, a sympy printer per guard). Lowering builds a new ExportedProgram after most

@@ -69,8 +69,8 @@ def _patch_selective_scan_loop(original):
     return closed_form_selective_scan
 
 
-@register_patch("dynamo", "transformers.models.llava.modeling_llava.list")
-@register_patch("generation", "transformers.models.llava.modeling_llava.list")
+@register_patch("dynamo", "transformers.models.llava.modeling_llava.list", requires={"transformers": "<5.24"})
+@register_patch("generation", "transformers.models.llava.modeling_llava.list", requires={"transformers": "<5.24"})
 def _patch_llava_image_feature_list(original):
     """Pattern: ``LlavaModel.get_image_features`` ends with ``list(image_features)``, splitting the projected
     features into one tensor per image; iterating a tensor pins its first dim, so the exported program accepts
@@ -78,6 +78,10 @@ def _patch_llava_image_feature_list(original):
     so within that module ``list`` of a tensor returns the one already-concatenated tensor instead. Active while
     generation steps are captured too, so that the captured feature structure is the exported one. No upstream
     issue found; TODO (transformers): return the features unsplit when ``image_sizes`` is None.
+
+    Transformers < 5.24 only: from 5.24 the per-image list is also an output of the model
+    (``image_outputs.pooler_output``), so returning one tensor would change what the model returns; the output
+    structure itself then holds one tensor per image.
     """
 
     def list_(value=(), /):

@@ -22,7 +22,7 @@ from engine.exporter_dynamo import fake_dispatch_cache_off_while_tracing, restor
 from engine.patches import apply_patches, register_patch
 
 _SERDE = "torch._export.serde.serialize"
-_TORCH = {"torch": ">=2.11,<2.14"}
+_TORCH = {"torch": ">=2.11,<2.15"}
 
 
 def save_program(program: torch.export.ExportedProgram, path: str | os.PathLike) -> str:
