@@ -114,9 +114,13 @@ def append_row(path: Path, row: dict[str, Any]) -> None:
 
 def replace_file(path: Path, text: str) -> None:
     """Write ``path`` whole or not at all (a temporary file in the same folder, synced, then renamed over it): a
-    reader, or another sweep writing the same file, never sees half of it."""
+    reader, or another sweep writing the same file, never sees half of it. The file gets the permissions any new
+    file gets (``mkstemp`` makes it owner-only: a matrix others cannot read)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()

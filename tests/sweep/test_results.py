@@ -168,3 +168,18 @@ def test_resume_runs_only_the_missing_cases(sweep, pytester):  # noqa: F811
     assert new["AbortModel"]["error_line"] == "the case process died (SIGABRT) in stage 'eager'"
     assert new["OtherGoodModel"]["peak_rss_mb"] > 10 and new["OtherGoodModel"]["category"] is None
     assert new["OtherGoodModel"]["pinned"]["torch"] == "2.13.0"
+
+
+def test_a_whole_file_write_gets_the_permissions_of_any_new_file(tmp_path):
+    """``replace_file`` goes through ``mkstemp`` (owner-only); the matrix it writes must be readable like any file."""
+    import os
+    import stat
+
+    from sweep.results import replace_file
+
+    old = os.umask(0o022)
+    try:
+        replace_file(tmp_path / "matrix.md", "# matrix\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "matrix.md").stat().st_mode) == 0o644
