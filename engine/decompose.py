@@ -554,6 +554,8 @@ def learn_multimodal_prefill(model: torch.nn.Module, components: Mapping[str, tu
         for feed in plan.encoders.values():
             key, _, sub = feed.partition(".")
             features = prefill.get(key, {}).get(sub) if sub else prefill.get(key)
+            if features is None:  # generate() encoded this modality, the prompt's prefill holds none of it
+                return None
             fields = sorted({name.split(".", 1)[0] for name in get_leaf_tensors(features)}) if features is not None else []
             placeholders[feed] = next(((token, field) for token in replaced for field in fields or [""]
                                        if merge_features(text, ids, prefill, {feed: (token, field)}) is not None), None)

@@ -395,3 +395,13 @@ def test_the_sliding_window_history_of_a_layer_still_holding_its_placeholder_is_
     layer = DynamicSlidingWindowLayer(sliding_window=4)
     layer.lazy_initialization(torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8))
     assert layer.keys.ndim == 1 and _history_length(layer) == 0
+
+
+def test_a_modality_generate_encoded_but_the_prefill_lacks_gives_no_learned_route():
+    """generate() called get_audio_features (so an ``audio_features`` feed exists) while the prompt's prefill holds
+    no audio features (Qwen2.5-Omni's thinker, Dots3-Note): no multimodal route is learned, and no KeyError."""
+    from engine.decompose import learn_multimodal_prefill
+
+    model, parts, plan = _llava_parts()
+    plan.encoders["audio_features"] = "mm_encoder_outputs.audio"
+    assert learn_multimodal_prefill(model, parts, plan) is None
