@@ -63,3 +63,22 @@ def test_the_committed_baseline_was_run_at_the_pins(report):
     assert not disagree, (f"reports/{report} was not run at pyproject.toml's pins: "
                           + json.dumps({k: sorted(v) for k, v in disagree.items()})
                           + "; regenerate it (reports/README.md) in the change that moves the pins")
+
+
+def test_drift_sweeps_with_the_other_python_and_gates_on_the_compare(tmp_path, capsys):
+    """The whole recipe on one eager case, with this interpreter standing in for the second environment: the
+    sweep runs in a child process, its rows land in --out beside compare.md, and the compare's exit code is the
+    verdict (0 here: the case passed before and passes now)."""
+    import sys
+
+    from sweep.drift import run_drift
+    from sweep.results import append_row
+
+    baseline = tmp_path / "baseline"
+    append_row(baseline / "results.jsonl", {"case_id": "BertModel-eager-static", "model": "BertModel",
+                                            "backend": "eager", "status": "pass", "versions": {}})
+    out = tmp_path / "drift"
+    assert run_drift(sys.executable, baseline, out, ["--models=BertModel", "--backend=eager", "-n", "0"]) == 0
+    rows = list(read_rows(out / "results.jsonl"))
+    assert [(r["case_id"], r["status"]) for r in rows] == [("BertModel-eager-static", "pass")]
+    assert (out / "compare.md").is_file() and "ok: " in capsys.readouterr().out
