@@ -30,10 +30,18 @@ def rows_file(path, n=3):
 def test_help_lists_the_commands_and_their_options():
     result = cli("--help")
     assert result.returncode == 0
-    assert "{matrix,merge,compare,skiplist}" in result.stdout and "exit 1 on regressions" in result.stdout
+    assert "{matrix,merge,compare,skiplist,drift}" in result.stdout and "exit 1 on regressions" in result.stdout
     for command, option in (("matrix", "--out"), ("merge", "--out"), ("compare", "--time-threshold")):
         sub = cli(command, "--help")
         assert sub.returncode == 0 and option in sub.stdout and "--strict" in sub.stdout
+    sub = cli("drift", "--help")
+    assert sub.returncode == 0 and "--baseline" in sub.stdout and "./dev env" in sub.stdout
+
+
+def test_only_drift_passes_unknown_arguments_on():
+    """``drift`` hands what it does not know to the sweep; every other command still rejects it."""
+    result = cli("matrix", "x.jsonl", "--models=smoke")
+    assert result.returncode == 2 and "unrecognized arguments: --models=smoke" in result.stderr
 
 
 @pytest.mark.parametrize("args, message", [
