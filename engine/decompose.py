@@ -211,7 +211,7 @@ def _per_token_dim(name: str, a: torch.Tensor, b: torch.Tensor, prefill: Mapping
         return None
     dims = [d for d in range(a.ndim) if a.shape[d] == 1 and before.shape[d] == prompt_length
             and all(before.shape[o] == a.shape[o] for o in range(a.ndim) if o != d)]
-    return dims[-1] if len(dims) >= 1 and prompt_length > 1 and torch.equal(a, b) else None
+    return dims[-1] if dims and prompt_length > 1 and torch.equal(a, b) else None
 
 
 def merge_decode_calls(first: dict[str, Any], second: dict[str, Any], plan: GenerationPlan,

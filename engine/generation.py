@@ -36,6 +36,11 @@ class GenerationComponents(dict):
         self.seconds = dict(seconds or {})
 
 
+def _leaves_under(outputs: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The output leaves named ``prefix.<leaf>``, keyed by ``<leaf>``."""
+    return {name[len(prefix) + 1 :]: t for name, t in outputs.items() if name.startswith(prefix + ".")}
+
+
 def _cache_outputs(outputs: dict[str, torch.Tensor], template_cache: Any) -> dict[str, torch.Tensor]:
     """The output leaves that refill ``template_cache``: the output prefix whose leaf names cover it. A cache with
     no leaves (a text-only pass of a model whose every layer is cross-attention) stays empty."""
@@ -44,7 +49,7 @@ def _cache_outputs(outputs: dict[str, torch.Tensor], template_cache: Any) -> dic
         return {}
     prefixes = {name.split(".", 1)[0] for name in outputs if "." in name}
     for prefix in sorted(prefixes):
-        leaves = {name[len(prefix) + 1 :]: t for name, t in outputs.items() if name.startswith(prefix + ".")}
+        leaves = _leaves_under(outputs, prefix)
         if wanted <= set(leaves):
             return leaves
     raise InputError(f"the step's outputs hold no cache with leaves {sorted(wanted)[:4]}...; outputs: {sorted(outputs)[:8]}")
@@ -57,7 +62,7 @@ def _returned_state(outputs: dict[str, torch.Tensor], name: str, captured: Any) 
     if isinstance(captured, torch.Tensor):
         return outputs.get(name)
     wanted = set(get_leaf_tensors(captured)) if isinstance(captured, (list, tuple, dict)) else set()
-    leaves = {k[len(name) + 1 :]: t for k, t in outputs.items() if k.startswith(name + ".")}
+    leaves = _leaves_under(outputs, name)
     return fill_leaves(captured, leaves) if wanted and wanted <= set(leaves) else None
 
 

@@ -97,7 +97,9 @@ def env_python(env: str) -> Path:
 
 def folder_name(old: dict[str, str], new: dict[str, str | None]) -> str:
     """``torch-2.13.0_transformers-5.23.0-to-torch-2.14.1_transformers-5.24.0``: the packages that moved."""
-    base = lambda v: (v or "none").split("+", 1)[0]  # noqa: E731 (2.14.1+cu128 is 2.14.1)
+    from engine.versions import _base
+
+    base = lambda v: _base(v or "none")  # noqa: E731 (2.14.1+cu128 is 2.14.1)
     moved = sorted(n for n in set(old) | set(new) if base(old.get(n)) != base(new.get(n)))
     if not moved:
         return "same-versions"
