@@ -145,7 +145,8 @@ class ExecutorchExporter(DynamoExporter):
         traced_inputs, _ = split_inputs(inputs)
 
         # ── Stage 4: FX program fixes ────────────────────────────────────────────────────────────
-        program.graph_module.meta[DIM_LIMITS_KEY] = DimLimits.from_model(model, name, config.max_seq_len)
+        program.graph_module.meta[DIM_LIMITS_KEY] = DimLimits.from_model(model, name, config.max_seq_len,
+                                                                       config.dynamic_shapes is not None)
         apply_fx_program_fixes("executorch", program)
         program.graph_module.meta.pop(DIM_LIMITS_KEY, None)
 
@@ -313,6 +314,12 @@ IMAGE_KEYS = ("image_size",)
 BATCH_FACTOR, MIN_BATCH_CAP = 4, 8
 #: a sequence/spatial dim the config states no limit for accepts up to ``max(LENGTH_FACTOR * traced, MIN_LENGTH_CAP)``
 LENGTH_FACTOR, MIN_LENGTH_CAP = 4, 256
+#: the largest tensor (an op's output, or the score matrix attention materialises once decomposed) the chosen caps
+#: may plan for: caps the user did not state are halved, the largest relative to its traced size first, down to
+#: ``BUDGET_FLOOR_FACTOR x traced``, until every planned tensor fits. A config's 32k positions (or a video's
+#: frames x height x width) otherwise plan attention scores of many GB, which the runtime cannot allocate.
+PLANNED_TENSOR_BUDGET = 64 * 2**20
+BUDGET_FLOOR_FACTOR = 2
 
 
 def _config_limits(config: Any, keys: tuple[str, ...]) -> list[tuple[str, int]]:
@@ -334,15 +341,17 @@ class DimLimits:
     length: tuple[str, int] | None = None  # (config key, limit) for sequence-like dims
     image: tuple[str, int] | None = None  # (config key, limit) for spatial dims of images
     max_seq_len: int | None = None  # ExecutorchConfig.max_seq_len: wins over ``length`` and derived bounds
+    stated_shapes: bool = False  # the user passed dynamic_shapes: finite bounds are theirs, never lowered
 
     @classmethod
-    def from_model(cls, model: torch.nn.Module, name: str, max_seq_len: int | None = None) -> DimLimits:
+    def from_model(cls, model: torch.nn.Module, name: str, max_seq_len: int | None = None,
+                   stated_shapes: bool = False) -> DimLimits:
         config = getattr(model, "config", None)
         lengths = _config_limits(config, POSITION_KEYS)
         images = _config_limits(config, IMAGE_KEYS)
         # the largest stated limit: a cap above one sub-model's limit costs memory, one below rejects valid inputs
         return cls(name, max(lengths, key=lambda kv: kv[1], default=None), max(images, key=lambda kv: kv[1], default=None),
-                   max_seq_len)
+                   max_seq_len, stated_shapes)
 
     def cap(self, role: str, traced: int) -> tuple[int, str]:
         """``(cap, why)`` for a dim of ``role`` (``"batch"``, ``"length"``, ``"image"``) traced at ``traced``."""
@@ -355,6 +364,10 @@ class DimLimits:
             key, limit = stated
             return max(limit, traced), f"config {key}={limit}"
         return max(LENGTH_FACTOR * traced, MIN_LENGTH_CAP), f"no config limit: {LENGTH_FACTOR} x traced {traced}"
+
+    def user_stated(self, role: str) -> bool:
+        """Whether the user chose this role's bound (``max_seq_len``): the memory budget never lowers it."""
+        return role == "length" and self.max_seq_len is not None
 
 
 def _dim_role(val: torch.Tensor, dim: int) -> str:
@@ -382,6 +395,59 @@ def _user_input_placeholders(program: torch.export.ExportedProgram) -> list[torc
     return [nodes[s.arg.name] for s in _user_input_specs(program) if isinstance(s.arg, TensorArgument)]
 
 
+_ATTENTION_OPS = ("scaled_dot_product", "_scaled_dot_product")
+
+
+def _planned_sizes(program: torch.export.ExportedProgram) -> list[Any]:
+    """The byte size, as an expression in the program's size symbols, of every distinct tensor the program
+    computes, plus each attention's score matrix (``query rows x key rows`` per head), which the lowering's
+    decomposition materialises though no node of the exported program holds it."""
+    import sympy
+
+    sizes: set[Any] = set()
+
+    def add(shape, dtype) -> None:
+        numel = sympy.Integer(1)
+        for size in shape:
+            numel *= size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(int(size))
+        if numel.free_symbols:
+            sizes.add(numel * dtype.itemsize)
+
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        for tensor in val if isinstance(val, (list, tuple)) else (val,):
+            if isinstance(tensor, torch.Tensor):
+                add(tensor.shape, tensor.dtype)
+        if node.op == "call_function" and any(k in str(node.target) for k in _ATTENTION_OPS) and len(node.args) >= 2:
+            q, k = (getattr(a, "meta", {}).get("val") for a in node.args[:2])
+            if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.ndim >= 2 and k.ndim >= 2:
+                add((*q.shape[:-1], k.shape[-2]), q.dtype)
+    return sorted(sizes, key=str)
+
+
+def _fit_to_budget(sizes: list[Any], caps: dict[Any, int], floors: dict[Any, int], fixed: Callable[[Any, dict], int],
+                   budget: int = PLANNED_TENSOR_BUDGET) -> tuple[dict[Any, int], int]:
+    """Halve the caps in ``floors`` (the ones that may move), the largest relative to its floor first, until the
+    largest of ``sizes`` fits ``budget`` or none can move; ``fixed(sym, caps)`` values every other symbol given
+    the current caps. Returns the caps and the largest planned tensor's bytes."""
+    import sympy
+
+    caps = dict(caps)
+
+    def value(expr) -> int:
+        subs = {sym: sympy.Integer(caps[sym] if sym in caps else fixed(sym, caps)) for sym in expr.free_symbols}
+        out = expr.xreplace(subs)  # a bare symbol comes back as the Integer itself
+        return int(out) if out.is_number else int(bound_sympy(out).upper)
+
+    while True:
+        largest, expr = max(((value(e), e) for e in sizes), default=(0, None), key=lambda t: t[0])
+        movable = [sym for sym in (expr.free_symbols if expr is not None else ()) if caps.get(sym, 0) > floors.get(sym, 1 << 62)]
+        if largest <= budget or not movable:
+            return caps, largest
+        sym = max(movable, key=lambda s: (caps[s] / floors[s], str(s)))
+        caps[sym] = max(floors[sym], 1 << ((caps[sym] - 1).bit_length() - 1))  # the power of two below
+
+
 @register_fx_program_fix("executorch")
 def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
     """Pattern: dynamic dims whose upper bound is ``int_oo`` (every ``Dim.AUTO`` dim no guard bounded).
@@ -390,7 +456,9 @@ def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
     that bound; ``int_oo`` fails ``eval_upper_bound``, and a large generic cap makes tiny models plan GBs.
     Each unbounded input dim is capped from the model config (``max_position_embeddings`` and the like for
     sequence dims, ``image_size`` for spatial dims) or, for the batch and for dims the config states no limit
-    for, from the traced size. Finite bounds (explicit ``Dim(min=, max=)``, or ones guards derived) are kept,
+    for, from the traced size; then the caps the user did not state are lowered until the largest tensor the
+    program plans (attention scores included) fits :data:`PLANNED_TENSOR_BUDGET` (:func:`_fit_to_budget`).
+    Finite bounds (explicit ``Dim(min=, max=)``, or ones guards derived) are kept,
     except that ``ExecutorchConfig.max_seq_len`` lowers a sequence dim's bound above it (Gemma3's guards bound
     the length by 4094, and its attention scores then plan 2 GiB each). One :class:`UnboundedDimWarning` lists
     the caps. Both ``range_constraints`` (verifiers) and the shape env's ``var_to_range`` (read by ExecuTorch's
@@ -407,6 +475,8 @@ def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
         return None if vr is None else vr.upper
 
     caps: dict[Any, tuple[int, str, str]] = {}  # symbol -> (cap, why, where)
+    floors: dict[Any, int] = {}  # symbol -> the least cap the memory budget may lower it to (ours to choose only)
+    derived: set[Any] = set()  # finite bounds torch.export derived: listed only when the budget lowers them
     for node in _user_input_placeholders(program):
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
@@ -416,17 +486,43 @@ def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
                 continue
             expr, role = size.node.expr, _dim_role(val, d)
             bound = upper(expr)
-            narrowed = role == "length" and limits.max_seq_len is not None and getattr(bound, "is_Integer", False)
-            if not (isinstance(bound, IntInfinity) or narrowed):
-                continue
+            finite = getattr(bound, "is_Integer", False)
+            narrowed = role == "length" and limits.max_seq_len is not None and finite
             traced = int(size.node.hint) if size.node.hint is not None else 2
-            cap, why = limits.cap(role, traced)
-            if narrowed:
-                if cap >= int(bound):
-                    continue
-                why += f", was {int(bound)}"
+            if isinstance(bound, IntInfinity) or narrowed:
+                cap, why = limits.cap(role, traced)
+                if narrowed:
+                    if cap >= int(bound):
+                        continue
+                    why += f", was {int(bound)}"
+            elif finite and not limits.stated_shapes:  # a bound the trace derived (a model check): the budget may lower it
+                cap, why = int(bound), "derived by torch.export"
+                derived.add(expr)
+            else:
+                continue
             if expr not in caps or cap > caps[expr][0]:
                 caps[expr] = (cap, why, f"{node.name} dim {d}")
+            # a bound the user stated is never lowered (nor a dim shared with one): its floor is the cap itself
+            floor = cap if limits.user_stated(role) else min(cap, BUDGET_FLOOR_FACTOR * traced)
+            floors[expr] = max(floors.get(expr, 0), floor)
+
+    def unbounded(sym, chosen) -> int:  # a symbol no input dim is: at the largest cap, as the fallback below
+        vr = ranges.get(sym, env_ranges.get(sym))
+        if vr is not None and not isinstance(vr.upper, IntInfinity):
+            return int(vr.upper)
+        return max((c for s, c in chosen.items() if s not in derived or c < caps[s][0]), default=MIN_LENGTH_CAP)
+
+    largest = 0
+    if caps:
+        chosen, largest = _fit_to_budget(_planned_sizes(program), {s: c for s, (c, _, _) in caps.items()},
+                                         {s: f for s, f in floors.items() if f < caps[s][0]}, unbounded)
+        for sym, cap in chosen.items():
+            if cap < caps[sym][0]:
+                was, why, where = caps[sym]
+                caps[sym] = (cap, f"{why} = {was}, lowered to fit the {PLANNED_TENSOR_BUDGET >> 20} MiB tensor budget", where)
+                derived.discard(sym)
+    for sym in derived:  # kept as torch.export derived it: nothing to report
+        del caps[sym]
     # symbols no input dim is exactly (derived or data-dependent sizes) get the largest input cap
     fallback = max((c for c, _, _ in caps.values()), default=MIN_LENGTH_CAP)
     internal = set()
@@ -442,10 +538,13 @@ def _fix_unbounded_dims(program: torch.export.ExportedProgram) -> None:
         listing = "; ".join(f"{where} <= {cap} ({why})" for cap, why, where in caps.values())
         if internal:
             listing += f"; and {len(internal)} internal size(s) at the largest cap, {fallback}"
+        over = (f" The largest planned tensor is still {largest / 2**20:.0f} MiB, over the "
+                f"{PLANNED_TENSOR_BUDGET >> 20} MiB budget, at bounds the user stated or at the floor of "
+                f"{BUDGET_FLOOR_FACTOR} x traced.") if largest > PLANNED_TENSOR_BUDGET else ""
         warnings.warn(
-            f"{limits.model}: {len(caps)} dynamic input dim(s) had no upper bound (or one above max_seq_len) and were "
-            f"capped for ExecuTorch memory planning: {listing}. Pass dynamic_shapes with torch.export.Dim(min=, max=) "
-            "to choose the bounds.",
+            f"{limits.model}: {len(caps)} dynamic input dim(s) had no upper bound, one above max_seq_len, or one over "
+            f"the memory budget, and were capped for ExecuTorch memory planning: {listing}.{over} Pass dynamic_shapes with "
+            "torch.export.Dim(min=, max=) (or ExecutorchConfig.max_seq_len) to choose the bounds.",
             UnboundedDimWarning,
             stacklevel=2,
         )

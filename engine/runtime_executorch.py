@@ -40,6 +40,11 @@ def load_program(artifact: Any):
             program = runtime.Runtime.get().load_program(os.fspath(artifact))
         else:
             program = runtime.Runtime.get().load_program(artifact.buffer)
+    except MemoryError as e:  # the memory plan (every dynamic dim at its upper bound) is allocated at load
+        hint = MemoryError(f"{e}: the runtime could not allocate the program's memory plan, which is sized for every "
+                           "dynamic dim at its upper bound; export with smaller bounds (ExecutorchConfig.max_seq_len, "
+                           "or dynamic_shapes with Dim(max=)); the UnboundedDimWarning at export lists the bounds chosen")
+        raise ExportStageError("load", label, hint) from e
     except Exception as e:
         raise ExportStageError("load", label, e) from e
     if META_METHOD not in program.method_names:

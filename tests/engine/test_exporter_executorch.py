@@ -577,3 +577,149 @@ def test_a_negative_pad_crops_as_in_torch():
     manager = ExecutorchExporter().export(_ShiftAndCrop(), {"x": x}, config=ExecutorchConfig(dynamic=True))
     got = list(run_exported(manager, {"x": x}).values())
     assert all(torch.equal(g, e) for g, e in zip(got, _ShiftAndCrop()(x), strict=True))
+
+
+# ── The planned-tensor budget: bounds nobody stated are lowered until every planned tensor fits ───────
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+import sympy  # noqa: E402
+
+from engine.exporter_executorch import PLANNED_TENSOR_BUDGET, _fit_to_budget  # noqa: E402
+
+
+class _Scores(torch.nn.Module):
+    """``h @ h^T``: a ``[batch, seq, seq]`` intermediate, quadratic in the length, like attention scores."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return {"y": torch.softmax(h @ h.transpose(1, 2), dim=-1) @ h}
+
+
+def _export_scores(config: ExecutorchConfig, positions: int = 32768):
+    torch.manual_seed(0)
+    model = _Scores().eval()
+    model.config = PretrainedConfig(max_position_embeddings=positions)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager = ExecutorchExporter().export(model, {"x": torch.randn(2, 7, 4)}, config=config)
+    caps = [str(w.message) for w in caught if issubclass(w.category, UnboundedDimWarning)]
+    return model, manager, caps
+
+
+def test_a_config_limit_that_plans_gigabytes_is_lowered_to_the_budget():
+    model, manager, caps = _export_scores(ExecutorchConfig(dynamic=True))
+    # 8 x 32768 x 32768 float scores would be 32 GiB; the length is halved (powers of two) until 8 x S x S fits
+    assert len(caps) == 1 and "x dim 1 <= 1024 (config max_position_embeddings=32768 = 32768, lowered to fit the 64 MiB" in caps[0], caps
+    assert _meta(manager)["inputs"][0]["bounds"] == [[0, 8], [0, 1024], [4, 4]]
+    plan = manager.executorch_program.execution_plan[0]
+    assert max(plan.non_const_buffer_sizes) < 4 * PLANNED_TENSOR_BUDGET
+    x = torch.randn(3, 1024, 4)
+    comparison = compare_leaves(get_leaf_tensors(model(x)), run_exported(manager, {"x": x}), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+    with pytest.raises(InputError, match="x dim 1 is 1025, outside the exported bounds: it must be between 0 and 1024"):
+        run_exported(manager, {"x": torch.randn(2, 1025, 4)})
+
+
+def test_a_stated_bound_is_never_lowered_and_the_overrun_is_named():
+    _, manager, caps = _export_scores(ExecutorchConfig(dynamic=True, max_seq_len=4096))
+    # max_seq_len is the user's: the batch goes down to its floor (2 x traced), the length stays, the warning says so
+    assert len(caps) == 1 and "x dim 0 <= 4 (batch: 4 x traced 2 = 8, lowered" in caps[0] and "x dim 1 <= 4096 (max_seq_len=4096" in caps[0], caps
+    assert "The largest planned tensor is still 256 MiB, over the 64 MiB budget" in caps[0], caps
+    assert _meta(manager)["inputs"][0]["bounds"] == [[0, 4], [0, 4096], [4, 4]]
+
+
+_SYMS = sympy.symbols("a b c")
+
+
+@settings(max_examples=60, deadline=None)
+@given(caps=st.lists(st.integers(1, 1 << 16), min_size=3, max_size=3),
+       floor_frac=st.lists(st.floats(0.0, 1.0), min_size=3, max_size=3),
+       movable=st.lists(st.booleans(), min_size=3, max_size=3),
+       powers=st.lists(st.lists(st.integers(0, 2), min_size=3, max_size=3), min_size=1, max_size=4),
+       budget=st.integers(1, 1 << 30))
+def test_fitting_to_the_budget_lowers_only_what_may_move_and_stops_at_the_first_fit(caps, floor_frac, movable, powers,
+                                                                                    budget):
+    start = dict(zip(_SYMS, caps))
+    floors = {s: max(1, int(c * f)) for s, c, f, m in zip(_SYMS, caps, floor_frac, movable) if m}
+    sizes = [functools.reduce(operator.mul, (s ** p for s, p in zip(_SYMS, ps)), sympy.Integer(4)) for ps in powers]
+    sizes = [e for e in sizes if e.free_symbols] + [_SYMS[2]]  # a one-byte tensor's size is a bare symbol
+    out, largest = _fit_to_budget(sizes, start, floors, lambda sym, chosen: 1, budget)
+    assert largest == max(int(e.xreplace(out)) for e in sizes)
+    for sym in _SYMS:
+        assert out[sym] <= start[sym]
+        assert out[sym] == start[sym] or (sym in floors and out[sym] >= floors[sym])
+    if largest > budget:  # it stopped over the budget only because the largest tensor's dims are all at their floor
+        worst = max(sizes, key=lambda e: int(e.xreplace(out)))
+        assert all(sym not in floors or out[sym] <= floors[sym] for sym in worst.free_symbols)
+    else:  # and it stopped at the first fit: raising any lowered cap back to twice its value breaks the budget or
+        # is above where it started (halving moves to the power of two below, so one step back is at most x2)
+        assert all(out[s] == start[s] or out[s] >= floors[s] for s in _SYMS)
+
+
+# ── Real-size configs with the documented call: bounded memory, no native crash ───────────────────────
+
+_REAL_SIZE = r'''
+import json, resource, sys, warnings
+import torch, transformers
+from engine import ExecutorchConfig, ExecutorchExporter, run_exported
+from engine.compare import compare_leaves
+name = sys.argv[1]
+small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=16, vocab_size=1000)
+configs = {  # small widths, the real position limits and windows of the released checkpoints
+    "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM, dict(small, max_position_embeddings=32768, sliding_window=4096)),
+    "gemma3": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM, dict(small, max_position_embeddings=131072, sliding_window=512)),
+    "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM, dict(small, max_position_embeddings=8192, sliding_window=4096)),
+    "jamba": (transformers.JambaConfig, transformers.JambaForCausalLM, dict(small, max_position_embeddings=262144, attn_layer_period=2,
+              attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1, num_experts=2, mamba_d_state=8)),
+    "mamba": (transformers.MambaConfig, transformers.MambaForCausalLM, dict(hidden_size=64, num_hidden_layers=2, vocab_size=1000, state_size=8)),
+}
+config_class, model_class, kwargs = configs[name]
+torch.manual_seed(0)
+model = model_class(config_class(**kwargs)).eval()
+ids = torch.randint(0, 1000, (13, 7))
+inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    manager = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(backend="xnnpack", dynamic=True))
+    ExecutorchExporter.save(manager, sys.argv[2])
+    with torch.no_grad():
+        expected = {"logits": model(**inputs).logits}
+    comparison = compare_leaves(expected, {"logits": run_exported(sys.argv[2], inputs)["logits"]}, atol=1e-4, rtol=1e-4)
+print(json.dumps({"ok": comparison.ok, "comparison": str(comparison),
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+'''
+#: export + save + load + run of one small-width model at its real limits, imports included (the peer: 17.4 GB)
+REAL_SIZE_RSS_MB = 2048
+
+
+@pytest.mark.parametrize("name", ["mistral", "gemma3", "gemma2", "jamba", "mamba"])
+def test_real_size_config_exports_and_runs_in_bounded_memory(name, tmp_path):
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _REAL_SIZE, name, str(tmp_path / "m.pte")], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, f"exit {done.returncode} (a native crash is negative):\n{done.stderr[-3000:]}"
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ok"], result["comparison"]
+    assert result["rss_mb"] < REAL_SIZE_RSS_MB, f"peak RSS {result['rss_mb']:.0f} MB"
+
+
+def test_a_plan_the_runtime_cannot_allocate_is_a_named_load_error(monkeypatch, tmp_path):
+    from executorch import runtime
+
+    _, manager, _ = _dynamic_export("bert")
+    path = ExecutorchExporter.save(manager, tmp_path / "bert.pte")
+
+    class NoMemory:
+        def load_program(self, *args, **kwargs):
+            raise MemoryError("std::bad_alloc")
+
+    monkeypatch.setattr(runtime.Runtime, "get", staticmethod(lambda: NoMemory()))
+    with pytest.raises(ExportStageError, match=r"(?s)load.*std::bad_alloc: the runtime could not allocate the "
+                                               r"program's memory plan.*ExecutorchConfig.max_seq_len"):
+        run_exported(path, TINY_MODELS["bert"].inputs("trace"))
