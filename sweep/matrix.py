@@ -128,6 +128,7 @@ def build_matrix(rows: list[dict[str, Any]], pins: dict[str, str] | None = None)
         "versions": versions,
         "drift": [v["package"] for v in versions if v["state"] != "ok"],
         "cases": len(rows),
+        "reused": dict(Counter(r["reused_from"]["dir"] for r in rows if r.get("reused_from"))),
     }
 
 
@@ -157,7 +158,9 @@ def to_markdown(matrix: dict[str, Any], examples: int = 10) -> str:
 
 def _markdown(matrix: dict[str, Any], examples: int) -> str:
     lines = ["# export-sweep matrix", "",
-             f"{matrix['cases']} cases, {len(matrix['models'])} model classes. {_drift_line(matrix)}", "",
+             f"{matrix['cases']} cases, {len(matrix['models'])} model classes. {_drift_line(matrix)}"
+             + "".join(f" {n} rows reused from `{where}` (unchanged fingerprint)." for where, n in matrix.get("reused", {}).items()),
+             "",
              "## Summary per backend", "",
              "| backend | " + " | ".join(STATUSES) + " | total | pass rate |",
              "|---|" + "---:|" * (len(STATUSES) + 2)]

@@ -53,6 +53,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run part I of N of the cases (deterministic by case id; join the parts with export-sweep merge)")
     group.addoption("--resume", action="store_true",
                     help="keep the row file and skip the cases it already has a row for (continue an interrupted sweep)")
+    group.addoption("--reuse-from", default=None, metavar="DIR",
+                    help="an earlier run's report folder: a case whose fingerprint (class and modeling sources, "
+                         "config and inputs recipe, versions, export-sweep's sources, skiplist entry, tolerances, "
+                         "shapes) matches its row there is not run again; the row is copied, marked reused")
     group.addoption("--generate", action="store_true",
                     help="also export each generative class for generation and compare engine.generate's greedy "
                          "tokens with eager generate (cases Model-backend-generate)")
@@ -81,6 +85,7 @@ class SweepSettings:
     generate: bool = False
     resume: bool = False
     done: set[str] = field(default_factory=set)  # --resume: case ids already in the row file
+    reuse_from: Path | None = None  # --reuse-from: an earlier run's row file
     selection: str = "all"  # what --models selected; rows record it (compare treats a partial run as a subset)
     strict_skiplists: bool = False
     rows: list[dict] = field(default_factory=list)  # controller side: rows seen this session
@@ -149,6 +154,14 @@ def _settings(config: pytest.Config) -> SweepSettings:
         shard = parse_shard(opt.shard) if opt.shard is not None else None
     except ShardError as e:
         raise pytest.UsageError(str(e)) from None
+    reuse_from = None
+    if opt.reuse_from is not None:
+        from sweep.reuse import ReuseError, check_source
+
+        try:
+            reuse_from = check_source(_invocation_path(config, opt.reuse_from))
+        except ReuseError as e:
+            raise pytest.UsageError(str(e)) from None
     # only local models given (--model-module/--config): they are the selection, not the whole catalog
     selection = opt.models or (",".join(sorted(local)) if local else "all")
     try:
@@ -160,7 +173,7 @@ def _settings(config: pytest.Config) -> SweepSettings:
     return SweepSettings(backends, models, SHAPES[opt.shapes], opt.atol, opt.rtol, opt.case_timeout,
                          _invocation_path(config, opt.report_dir), opt.run_skipped, skiplists, local, shard=shard,
                          resume=opt.resume, generate=opt.generate, selection=selection,
-                         strict_skiplists=opt.strict_skiplists)
+                         strict_skiplists=opt.strict_skiplists, reuse_from=reuse_from)
 
 
 def _invocation_path(config: pytest.Config, path: str) -> Path:
@@ -346,7 +359,21 @@ def sweep_run(request: pytest.FixtureRequest):
     needs_catalog = any(m not in settings.local_models for m in settings.models)
 
     def run(spec: dict) -> dict:
+        from sweep import reuse
+        from sweep.fingerprint import fingerprint, fingerprint_parts
+
+        cid = request.node.nodeid.split("[")[-1].rstrip("]")
         skipped = spec.get("skiplist") and not settings.run_skipped
+        # what the result depends on besides the spec: --run-skipped only matters to a listed case
+        parts = fingerprint_parts(spec, {"timeout": settings.timeout,
+                                         "run_skipped": settings.run_skipped if spec.get("skiplist") else None})
+        run_fields = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "pinned": pinned_versions(),
+                      "shard": "{}/{}".format(*settings.shard) if settings.shard else None,
+                      "selection": settings.selection}
+        earlier, rerun_reason = reuse.find(settings.reuse_from, cid, parts) if settings.reuse_from else (None, None)
+        if earlier is not None:
+            row = reuse.reused_row(earlier, settings.reuse_from.parent, run_fields)
+            return _record(row)
         if not skipped:  # the forkserver starts before the first case that runs (a skipped case never needs it)
             warm_backends(settings.backends, catalog=needs_catalog)
         started = time.time()
@@ -358,16 +385,18 @@ def sweep_run(request: pytest.FixtureRequest):
             result["status"] = "skip"
             result["skip_reason"] = f"needs {result.get('package')}, which cannot be installed here"
         row = {
-            "model": spec["model"], "backend": spec["backend"], "shapes": spec["shapes"],
-            "case_id": request.node.nodeid.split("[")[-1].rstrip("]"),
+            "model": spec["model"], "backend": spec["backend"], "shapes": spec["shapes"], "case_id": cid,
             "started": started, "wall_seconds": round(time.time() - started, 3),
-            "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
-            "versions": _versions(), "pinned": pinned_versions(), "skiplist": spec.get("skiplist"),
-            "shard": "{}/{}".format(*settings.shard) if settings.shard else None, "selection": settings.selection,
+            "versions": _versions(), "skiplist": spec.get("skiplist"), **run_fields,
+            "fingerprint": fingerprint(parts), "fingerprint_parts": parts,
+            **({"rerun_reason": rerun_reason} if rerun_reason else {}),
             **result,
         }
         row["error_line"] = first_line(row.get("error"))
         row["category"] = categorize(row)
+        return _record(row)
+
+    def _record(row: dict) -> dict:
         from sweep.results import append_row
 
         append_row(settings.rows_path, row)
@@ -430,6 +459,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def _write_reuse_summary(tr, rows: list[dict], source: Path) -> None:
+    reused = sum(1 for r in rows if r.get("reused_from"))
+    reasons = Counter(r.get("rerun_reason") or "?" for r in rows if not r.get("reused_from"))
+    ran = ", ".join(f"{reason} {n}" for reason, n in reasons.most_common())
+    tr.write_line(f"reused: {reused} of {len(rows)} cases from {source}" + (f"; ran {sum(reasons.values())} ({ran})"
+                                                                          if reasons else ""))
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     settings = config.stash.get(_SETTINGS, None)
     if settings is None or hasattr(config, "workerinput"):
@@ -439,6 +476,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     tr.section("export-sweep summary")
     if settings.done:
         tr.write_line(f"resumed: {len(settings.done)} cases already had a row in {settings.rows_path}")
+    if settings.reuse_from:
+        _write_reuse_summary(tr, rows, settings.reuse_from.parent)
     if not rows and not settings.done:
         tr.write_line("no sweep case ran")
         return

@@ -1,0 +1,180 @@
+"""A case's fingerprint changes when anything its result depends on changes, and only then."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sweep import fingerprint as fp
+
+SPEC = {"model": "BertModel", "backend": "onnx", "shapes": "dynamic", "atol": 1e-4, "rtol": 1e-4, "seed": 0}
+SETTINGS = {"timeout": 600.0, "run_skipped": None}
+
+
+def _changed(before: dict, after: dict) -> set[str]:
+    return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+
+
+def test_same_case_same_fingerprint():
+    assert fp.fingerprint_parts(dict(SPEC), dict(SETTINGS)) == fp.fingerprint_parts(dict(SPEC), dict(SETTINGS))
+
+
+@pytest.mark.parametrize("change", [
+    {"atol": 1e-3}, {"rtol": 1e-3}, {"shapes": "static"}, {"backend": "executorch"}, {"seed": 1},
+    {"skiplist": "BertModel on onnx: a reason (https://github.com/x/y/issues/1)"}, {"onnx_disable_optimize": True},
+])
+def test_the_case_part_covers_the_spec(change):
+    before = fp.fingerprint_parts(dict(SPEC), dict(SETTINGS))
+    after = fp.fingerprint_parts({**SPEC, **change}, dict(SETTINGS))
+    assert "case" in _changed(before, after)
+    assert fp.fingerprint(before) != fp.fingerprint(after)
+
+
+def test_the_case_part_covers_the_timeout_and_run_skipped():
+    before = fp.fingerprint_parts(dict(SPEC), dict(SETTINGS))
+    assert _changed(before, fp.fingerprint_parts(dict(SPEC), {**SETTINGS, "timeout": 60.0})) == {"case"}
+    assert _changed(before, fp.fingerprint_parts(dict(SPEC), {**SETTINGS, "run_skipped": True})) == {"case"}
+
+
+def test_the_versions_part_covers_every_pinned_package(monkeypatch):
+    before = fp.fingerprint_parts(dict(SPEC), dict(SETTINGS))
+    import engine.versions
+
+    moved = {**engine.versions.installed_versions(), "onnxruntime": "9.9.9"}
+    monkeypatch.setattr(engine.versions, "installed_versions", lambda: moved)
+    fp.versions_digest.cache_clear()
+    try:
+        assert _changed(before, fp.fingerprint_parts(dict(SPEC), dict(SETTINGS))) == {"versions"}
+    finally:
+        fp.versions_digest.cache_clear()
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def test_own_sources_cover_engine_and_sweep_code_and_data_not_prose(tmp_path):
+    _tree(tmp_path, {"engine/a.py": "x = 1\n", "sweep/data/smoke.yaml": "- A\n", "sweep/ZOO.md": "prose\n",
+                     "tests/t.py": "y = 1\n"})
+
+    def digest():
+        fp._file_digest.cache_clear()
+        fp.own_sources_digest.cache_clear()
+        return fp.own_sources_digest(tmp_path)
+
+    first = digest()
+    (tmp_path / "sweep/ZOO.md").write_text("other prose\n")
+    (tmp_path / "tests/t.py").write_text("y = 2\n")
+    assert digest() == first
+    (tmp_path / "sweep/data/smoke.yaml").write_text("- B\n")
+    second = digest()
+    assert second != first
+    (tmp_path / "engine/new.py").write_text("")
+    assert digest() != second
+    fp.own_sources_digest.cache_clear()
+
+
+PACKAGE = {
+    "pkg/__init__.py": """
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            from .models.bar import modeling_bar  # never run: a lazy package's listing
+    """,
+    "pkg/modeling_utils.py": """
+        import os
+        from .utils import helper
+
+        def quantize():
+            from .models.bar.modeling_bar import BarLayer  # an optional integration's lazy hook into one model
+    """,
+    "pkg/utils.py": "def helper(): pass\n",
+    "pkg/loss.py": "LOSS = 1\n",
+    "pkg/models/__init__.py": "",
+    "pkg/models/foo/__init__.py": "",
+    "pkg/models/foo/configuration_foo.py": "class FooConfig: pass\n",
+    "pkg/models/foo/modeling_foo.py": """
+        from ...modeling_utils import quantize
+        from .configuration_foo import FooConfig
+
+        def forward():
+            from ... import loss  # a model's own lazy import runs when it runs
+    """,
+    "pkg/models/bar/__init__.py": "",
+    "pkg/models/bar/modeling_bar.py": "from ...utils import helper\nclass BarLayer: pass\n",
+}
+
+
+def _closure(tmp_path, module="pkg.models.foo.modeling_foo"):
+    fp.import_closure.cache_clear()
+    return {str(p.relative_to(tmp_path)) for p in fp.import_closure(module, tmp_path, "pkg")}
+
+
+def test_the_model_part_is_the_modules_import_closure(tmp_path):
+    _tree(tmp_path, PACKAGE)
+    assert _closure(tmp_path) == {
+        "pkg/__init__.py", "pkg/modeling_utils.py", "pkg/utils.py", "pkg/loss.py", "pkg/models/__init__.py",
+        "pkg/models/foo/__init__.py", "pkg/models/foo/configuration_foo.py", "pkg/models/foo/modeling_foo.py"}
+    assert _closure(tmp_path, "pkg.models.bar.modeling_bar") >= {"pkg/models/bar/modeling_bar.py", "pkg/__init__.py"}
+    assert "pkg/models/foo/modeling_foo.py" not in _closure(tmp_path, "pkg.models.bar.modeling_bar")
+
+
+def test_touching_one_file_changes_the_digest_of_exactly_the_modules_that_import_it(tmp_path):
+    _tree(tmp_path, PACKAGE)
+
+    def digests():
+        fp._file_digest.cache_clear()
+        fp.import_closure.cache_clear()
+        return {m: fp.closure_digest(m, tmp_path, "pkg") for m in ("pkg.models.foo.modeling_foo", "pkg.models.bar.modeling_bar")}
+
+    first = digests()
+    (tmp_path / "pkg/models/bar/modeling_bar.py").write_text("from ...utils import helper\nclass BarLayer: x = 2\n")
+    second = digests()
+    assert second["pkg.models.foo.modeling_foo"] == first["pkg.models.foo.modeling_foo"]
+    assert second["pkg.models.bar.modeling_bar"] != first["pkg.models.bar.modeling_bar"]
+    (tmp_path / "pkg/utils.py").write_text("def helper(): return 1\n")  # shared by both
+    third = digests()
+    assert all(third[m] != second[m] for m in third)
+    fp._file_digest.cache_clear()
+
+
+def test_transformers_classes_depend_on_their_own_modeling_file_only():
+    import transformers
+
+    root = fp._transformers_search_path()
+
+    def files(cls):
+        return {str(p.relative_to(root)) for p in fp.import_closure(f"transformers.{transformers._class_to_module[cls]}", root, "transformers")}
+
+    bert, llama = files("BertModel"), files("LlamaModel")
+    assert "transformers/models/bert/modeling_bert.py" in bert and "transformers/models/llama/modeling_llama.py" not in bert
+    assert "transformers/models/llama/modeling_llama.py" in llama and "transformers/models/bert/modeling_bert.py" not in llama
+    assert "transformers/modeling_utils.py" in bert & llama
+
+
+def test_local_models_hash_their_config_or_module(tmp_path):
+    _tree(tmp_path, {"my_models.py": "import helpers\n", "helpers.py": "A = 1\n", "cfg/config.json": '{"a": 1}'})
+    module = {"model": "Mine", "model_module": "my_models", "module_path": str(tmp_path)}
+    config = {"model": "BertModel@cfg", "config": str(tmp_path / "cfg"), "class": "BertModel"}
+
+    def parts(spec):
+        fp._file_digest.cache_clear()
+        fp.import_closure.cache_clear()
+        return fp.fingerprint_parts(dict(spec), dict(SETTINGS))
+
+    before_module, before_config = parts(module), parts(config)
+    assert "model" not in before_module and "model" in before_config
+    (tmp_path / "helpers.py").write_text("A = 2\n")  # imported by the module: its result may change
+    (tmp_path / "cfg/config.json").write_text('{"a": 2}')
+    assert _changed(before_module, parts(module)) == {"local"}
+    assert _changed(before_config, parts(config)) == {"local"}
+
+
+def test_an_unplaceable_class_is_never_reusable():
+    parts = fp.fingerprint_parts({**SPEC, "model": "NoSuchModelAnywhere"}, dict(SETTINGS))
+    assert parts["model"].startswith("unknown") and not fp.reusable(parts)
+    assert fp.reusable(fp.fingerprint_parts(dict(SPEC), dict(SETTINGS)))

@@ -1,0 +1,88 @@
+"""``--reuse-from``: an unchanged case is copied from an earlier run, a changed one runs, and its row says why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sweep.reuse import find, reused_row
+from tests.sweep.test_plugin import rows, sweep  # noqa: F401  (the fixture: a sweep over local models)
+
+pytest_plugins = ["pytester"]
+
+MODELS = "--models=GoodModel,OtherGoodModel,AbortModel"
+
+
+def _by_case(pytester, report_dir):
+    return {r["case_id"]: r for r in rows(pytester, report_dir)}
+
+
+def test_unchanged_cases_are_reused_and_changed_ones_rerun(sweep, pytester):
+    first = sweep("--backend=eager,dynamo", MODELS)
+    assert first.ret == 1  # AbortModel crashes
+    ran = _by_case(pytester, "reports")
+    assert all(r["fingerprint"] and r["fingerprint_parts"] for r in ran.values())
+
+    again = sweep("--backend=eager,dynamo", MODELS, f"--reuse-from={pytester.path / 'reports'}",
+                  f"--report-dir={pytester.path / 'again'}")
+    assert again.ret == 1
+    again.stdout.fnmatch_lines(["*reused: 4 of 6 cases from *reports; ran 2 (was crash 2)*"])
+    reused = _by_case(pytester, "again")
+    for case, row in reused.items():
+        if case.startswith("AbortModel"):  # a crash may be the machine's: always run again
+            assert "reused_from" not in row and row["rerun_reason"] == "was crash"
+            continue
+        assert row["reused_from"]["dir"] == str(pytester.path / "reports")
+        assert row["reused_from"]["started"] == ran[case]["started"] and row["started"] > ran[case]["started"]
+        assert {k: row.get(k) for k in ("status", "diffs", "fingerprint")} == {k: ran[case].get(k) for k in ("status", "diffs", "fingerprint")}
+    matrix = json.loads((pytester.path / "again" / "matrix.json").read_text())
+    assert matrix["cases"] == 6  # reused rows count like any row
+
+    # a tolerance is part of the case: everything runs again, and says why
+    looser = sweep("--backend=eager,dynamo", MODELS, "--atol=1e-3", f"--reuse-from={pytester.path / 'reports'}",
+                   f"--report-dir={pytester.path / 'looser'}")
+    looser.stdout.fnmatch_lines(["*reused: 0 of 6 cases*changed: case 4*"])
+
+    # the model's own source is part of it too
+    module = pytester.path / "local_models.py"
+    module.write_text(module.read_text() + "\n# touched\n")
+    touched = sweep("--backend=eager", "--models=GoodModel", f"--reuse-from={pytester.path / 'reports'}",
+                    f"--report-dir={pytester.path / 'touched'}")
+    assert touched.ret == 0
+    assert _by_case(pytester, "touched")["GoodModel-eager-static"]["rerun_reason"] == "changed: local"
+
+
+def test_a_missing_source_is_a_usage_error(sweep, pytester):
+    result = sweep("--backend=eager", "--models=GoodModel", f"--reuse-from={pytester.path / 'nowhere'}")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*--reuse-from *nowhere: no row file: *nowhere does not exist (give an earlier run's report folder*"])
+
+
+def _source(tmp_path: Path, **row) -> Path:
+    base = {"model": "M", "backend": "eager", "shapes": "static", "case_id": "M-eager-static", "status": "pass",
+            "started": 1.0, "wall_seconds": 2.0, "fingerprint_parts": {"case": "a", "model": "b"}}
+    (tmp_path / "results.jsonl").write_text(json.dumps({**base, **row}) + "\n")
+    return tmp_path / "results.jsonl"
+
+
+def test_find_names_why_a_case_runs(tmp_path):
+    parts = {"case": "a", "model": "b"}
+    for sub, row, reason in [
+        ("same", {}, ""),
+        ("timeout", {"status": "timeout"}, "was timeout"),
+        ("old", {"fingerprint_parts": None}, "no fingerprint in the earlier row"),
+        ("moved", {"fingerprint_parts": {"case": "a", "model": "c"}}, "changed: model"),
+    ]:
+        (tmp_path / sub).mkdir()
+        found, why = find(_source(tmp_path / sub, **row), "M-eager-static", parts)
+        assert why == reason and (found is not None) == (reason == "")
+    assert find(tmp_path / "same" / "results.jsonl", "Other-eager-static", parts) == (None, "new case")
+    assert find(tmp_path / "same" / "results.jsonl", "M-eager-static", {**parts, "model": "unknown: x"})[1] == "unknown: model"
+
+
+def test_a_row_reused_twice_still_names_the_run_that_computed_it(tmp_path):
+    original = {"model": "M", "status": "pass", "started": 1.0, "wall_seconds": 5.0, "worker": "gw0"}
+    once = reused_row(original, tmp_path / "a", {"worker": "gw1"})
+    twice = reused_row(once, tmp_path / "b", {"worker": "main"})
+    assert twice["reused_from"] == {"dir": str(tmp_path / "b"), "started": 1.0, "wall_seconds": 5.0}
+    assert twice["worker"] == "main" and twice["wall_seconds"] == 0.0 and twice["status"] == "pass"
