@@ -4,6 +4,7 @@ trace with dynamic shapes, rewritten to compute the same numbers with shape-gene
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -160,11 +161,18 @@ def _patch_prophetnet_cached_position(original):
     symbolic; steps without a cache go to the original. Not an upstream bug report: the cast was added for the
     legacy ONNX exporter (its comment says so)."""
 
-    def forward(self, inputs_shape, device, attention_mask=None, past_key_values=None, position_ids=None):
-        if position_ids is None and past_key_values is not None and past_key_values.get_seq_length() != 0:
-            position = self.padding_idx + inputs_shape[1] + past_key_values.get_seq_length()
-            position_ids = torch.ones((1, 1), dtype=torch.long, device=device) * position
+    signature = inspect.signature(original)  # the cache argument is `cache` from transformers 5.24 (deprecate_kwarg)
+
+    def forward(self, *args, **kwargs):
+        try:
+            given = signature.bind(self, *args, **kwargs).arguments
+        except TypeError:  # a name only the deprecation shim knows: the original sorts it out
+            return original(self, *args, **kwargs)
+        cache = given.get("cache", given.get("past_key_values"))
+        if given.get("position_ids") is None and cache is not None and cache.get_seq_length() != 0:
+            position = self.padding_idx + given["inputs_shape"][1] + cache.get_seq_length()
+            position_ids = torch.ones((1, 1), dtype=torch.long, device=given["device"]) * position
             return self._forward(position_ids), position_ids
-        return original(self, inputs_shape, device, attention_mask, past_key_values, position_ids)
+        return original(self, *args, **kwargs)
 
     return forward
