@@ -1,6 +1,8 @@
 """Export-to-``.pte`` seconds, ``.pte`` size and peak RSS: ExecutorchExporter vs transformers.exporters (the peer).
 
 Run by hand:  ./dev bench bench_executorch [--repeats 3] [--models llama,gpt2]   (pin it: taskset -c 0 ...)
+              ./dev bench bench_executorch --real-limits --repeats 1   (small widths at the checkpoints' real
+              position limits, batch 13 x 7 tokens: the default memory planning, ours and the peer's)
 
 Every (model, exporter) pair runs in a fresh subprocess: ``--repeats`` exports with ``dynamic=True``, each timed up to
 the ``.pte`` on disk (wall and CPU seconds; the table shows medians), then one run of the ``.pte`` on the ExecuTorch
@@ -30,6 +32,7 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+REAL = "real:"  # a model name from tests.engine.tiny_models.REAL_LIMIT_MODELS
 
 
 def _ours(model, inputs, path):
@@ -57,13 +60,13 @@ def worker(side: str, name: str, repeats: int, function: str | None = None) -> d
     import torch
 
     from bench.timing import timed
-    from tests.engine.tiny_models import TINY_MODELS
+    from tests.engine.tiny_models import REAL_LIMIT_MODELS, TINY_MODELS
 
     from engine import executorch_patches  # noqa: F401  (registers the patches one side may leave out)
     from engine.patches import patch_disabled
 
     torch.set_num_threads(1)
-    tiny = TINY_MODELS[name]
+    tiny = REAL_LIMIT_MODELS[name.removeprefix(REAL)] if name.startswith(REAL) else TINY_MODELS[name]
     export = _peer if side == "peer" else _ours
     left_out = side.partition("ours-without:")[2]
     wall, cpu, inside, size = [], [], [], 0
@@ -115,10 +118,19 @@ def check_identical(patch: str, names: list[str], repeats: int, timeout: int, fu
     return 1 if differ else 0
 
 
+#: address-space limit of each measurement's process: the peer's plans reach tens of GB on real limits, and an
+#: allocation refused is a result (an error row) where an OOM kill would take the machine's other work with it
+MEMORY_LIMIT = 16 * 2**30
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
 def measure(side: str, name: str, repeats: int, timeout: int, function: str | None = None) -> dict:
     cmd = [sys.executable, __file__, "--worker", side, name, "--repeats", str(repeats), *(["--timed", function] if function else [])]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, preexec_fn=_limit_memory)
     except subprocess.TimeoutExpired:
         return {"error": f"timeout after {timeout}s"}
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -132,6 +144,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", default=None, help="comma-separated names from tests/engine/tiny_models.py")
+    parser.add_argument("--real-limits", action="store_true",
+                        help="the models of REAL_LIMIT_MODELS (small widths, the checkpoints' real position limits)")
     parser.add_argument("--timeout", type=int, default=1800)
     parser.add_argument("--check-identical", metavar="PATCH", help="with and without this patch: same .pte bytes?")
     parser.add_argument("--timed", metavar="FUNCTION", help="with --check-identical: also the CPU seconds inside this "
@@ -143,9 +157,10 @@ def main():
         return
 
     sys.path.insert(0, str(ROOT))
-    from tests.engine.tiny_models import TINY_MODELS
+    from tests.engine.tiny_models import REAL_LIMIT_MODELS, TINY_MODELS
 
-    names = args.models.split(",") if args.models else list(TINY_MODELS)
+    registry, prefix = (REAL_LIMIT_MODELS, REAL) if args.real_limits else (TINY_MODELS, "")
+    names = [prefix + n for n in (args.models.split(",") if args.models else registry)]
     if args.check_identical:
         raise SystemExit(check_identical(args.check_identical, names, args.repeats, args.timeout, args.timed))
     header = f"{'model':<12} {'ours s':>7} {'peer s':>7} {'ours cpu':>8} {'peer cpu':>8} {'cpu o/p':>7} {'ours KB':>8} {'peer KB':>8} {'ours MB':>8} {'peer MB':>8}"

@@ -215,6 +215,28 @@ def _patch_unsqueeze_with_several_dynamic_dims(original):
 
 @register_patch(
     "executorch",
+    "executorch.backends.xnnpack.partition.config.generic_node_configs.GeluConfig.check_constraints",
+    requires=_EXECUTORCH,
+)
+def _patch_tanh_gelu_delegated_as_exact_gelu(original):
+    """Pattern: ``gelu(x, approximate="tanh")`` (``gelu_pytorch_tanh``/``gelu_new`` in SigLIP, the Gemma family,
+    GPT-2-style MLPs).
+
+    XNNPACK's partitioner takes every ``aten.gelu`` and its serializer writes an exact (erf) ``XNNGelu`` whatever
+    ``approximate`` says, so the delegated program computes another function: up to 4.7e-4 away from the tanh
+    form (at x = -2.7), which grows over a vision tower past the sweep's 1e-4 (SigLIP's last_hidden_state
+    4.7e-4; eager and ExecuTorch's portable kernels are within 3e-6 of float64). Keep tanh GELU out of the
+    partition: ExecuTorch's portable ``gelu`` kernel implements the tanh form.
+    Upstream: https://github.com/pytorch/executorch/pull/22851 (routes tanh GELU to XNNPACK's approxgelu; merged
+    after 1.5.1).
+    """
+
+    return _rejecting(original, lambda node: node.kwargs.get("approximate", "none") == "tanh"
+                      or (len(node.args) > 1 and node.args[1] == "tanh"))
+
+
+@register_patch(
+    "executorch",
     "executorch.backends.xnnpack.partition.config.gemm_configs.ConvolutionConfig.check_constraints",
     "executorch.backends.xnnpack.partition.config.node_configs.BatchNormConfig.check_constraints",
     requires=_EXECUTORCH,

@@ -200,3 +200,30 @@ GENERATIVE_EXTRAS: dict[str, TinyModel] = {
         _llava_inputs,
     ),
 }
+
+
+# ─── Small widths at real limits (ExecuTorch's default memory planning) ────────────────────────────
+
+_SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16)
+_JAMBA = dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1, num_experts=2,
+              mamba_d_state=8)
+
+#: small-width models whose configs keep the position limits and windows of the released checkpoints (Mistral
+#: 32k, Gemma 2 8k, Gemma 3 128k, Jamba 256k; Mamba states none), traced at batch 13 and 7 tokens: the zoo's
+#: shrunken configs never show what ExecuTorch plans for such limits
+REAL_LIMIT_MODELS: dict[str, TinyModel] = {
+    m.name: m
+    for m in [
+        TinyModel("mistral", lambda: tf.MistralForCausalLM(tf.MistralConfig(**_SMALL, max_position_embeddings=32768, sliding_window=4096)),
+                  _text, (13, 7), (3, 12)),
+        TinyModel("gemma2", lambda: tf.Gemma2ForCausalLM(tf.Gemma2Config(**_SMALL, max_position_embeddings=8192, sliding_window=4096)),
+                  _text, (13, 7), (3, 12)),
+        TinyModel("gemma3", lambda: tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(**_SMALL, max_position_embeddings=131072, sliding_window=512)),
+                  _text, (13, 7), (3, 12)),
+        TinyModel("jamba", lambda: tf.JambaForCausalLM(tf.JambaConfig(**_SMALL, **_JAMBA, max_position_embeddings=262144)),
+                  _text, (13, 7), (3, 12)),
+        TinyModel("mamba", lambda: tf.MambaForCausalLM(tf.MambaConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, state_size=8)),
+                  _text, (13, 7), (3, 12)),
+    ]
+}
