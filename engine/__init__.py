@@ -23,6 +23,7 @@ _EXPORTS = {
     "engine.program_io": ("load_program", "save_program"),
     "engine.pytree": ("get_leaf_tensors", "register_pytree_nodes"),
     "engine.runtime": ("run_exported",),
+    "engine.shape_guards": ("ShapeGuardWarning",),
     "engine.shapes": ("SpecialisationWarning",),
     "engine.versions": ("VersionDriftWarning", "installed_versions", "pinned_versions", "version_drift"),
 }
@@ -59,6 +60,7 @@ __all__ = [
     "ModelError",
     "OnnxConfig",
     "OnnxExporter",
+    "ShapeGuardWarning",
     "SpecialisationWarning",
     "VersionDriftWarning",
     "apply_fx_node_fixes",

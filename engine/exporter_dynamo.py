@@ -205,9 +205,12 @@ class DynamoExporter:
             if relaxed:
                 logger.debug("%s: lower bounds derived from the floor of 2 relaxed: %s", name, relaxed)
 
-        # ── Specialisation report ─────────────────────────────────────────────────────────────────
+        # ── Specialisation report, and the guards the model's code left on the dynamic dims ──────────
         if dynamic_shapes is not None:
             warn_specialised(name, specialised_dims(program, inputs, dynamic_shapes))
+            from engine.shape_guards import warn_for_program
+
+            warn_for_program(name, program)
         return program
 
     def export_program(self, model: torch.nn.Module, inputs: Mapping[str, Any], dynamic_shapes: Any,

@@ -43,6 +43,7 @@ import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with othe
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches, register_fx_program_fix
 from engine.prepare import model_name, split_inputs
 from engine.pytree import spec_leaf_names, iter_leaf_tensors
+from engine.shape_guards import input_guards
 from engine.shapes import SpecialisationWarning, config_values
 
 logger = logging.getLogger("engine")
@@ -143,6 +144,7 @@ class ExecutorchExporter(DynamoExporter):
         # ── Stage 2: Torch patches (active during the trace through patch_backends) ────────────
         program = self.trace(model, inputs, config)
         traced_inputs, _ = split_inputs(inputs)
+        guards = input_guards(program)  # what the model's code assumed of the traced sizes, checked by the runner
 
         # ── Stage 4: FX program fixes ────────────────────────────────────────────────────────────
         program.graph_module.meta[DIM_LIMITS_KEY] = DimLimits.from_model(model, name, config.max_seq_len,
@@ -166,6 +168,8 @@ class ExecutorchExporter(DynamoExporter):
                 # the metadata describes the lowered program: a dim lowering specialised shows as static
                 meta = program_metadata(edge.exported_program(), traced_inputs, name, config.backend)
                 _warn_specialised_by_lowering(name, before, meta)
+                if guards["guards"]:
+                    meta["guards"] = guards
                 edge._config_methods[META_METHOD] = json.dumps(meta)
                 return edge.to_executorch()
             except ExportStageError:

@@ -48,6 +48,7 @@ import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with othe
 from engine.patches import apply_fx_node_fixes, apply_patches, register_fx_node_fix, register_patch, registered_patches
 from engine.prepare import model_name
 from engine.pytree import spec_leaf_names
+from engine.shape_guards import input_guards
 from engine.single_trace import decomposed_with, export_decomposed, loaded_op_count, single_trace_supported
 
 logger = logging.getLogger("engine")
@@ -124,6 +125,7 @@ class OnnxExporter(DynamoExporter):
         finally:
             TARGET_OPSET.reset(target)
         input_names, output_names = io_leaf_names(program)
+        guards = input_guards(program)  # what the model's code assumed of the traced sizes, checked by the runner
         timings["trace"], clock = _lap(clock)
 
         # ── Stage 3: FX node fixes (first pass, on the exported graph) ─────────────────────────────
@@ -159,6 +161,8 @@ class OnnxExporter(DynamoExporter):
         apply_ir_fixes(onnx_program.model)
         try:
             name_graph_io(onnx_program.model, input_names, output_names)
+            if guards["guards"]:
+                onnx_program.model.metadata_props[GUARDS_KEY] = json.dumps(guards)
         except ValueError as e:
             raise ExportStageError("onnx-export", name, e) from e
 
@@ -264,6 +268,8 @@ INPUT_PREFIX = "input."
 BARE_OUTPUT = "output"
 #: ``metadata_props`` keys holding the leaf names of the graph's inputs and outputs, as JSON lists
 INPUT_LEAVES_KEY, OUTPUT_LEAVES_KEY = "export_sweep.input_leaves", "export_sweep.output_leaves"
+#: ``metadata_props`` key holding the trace's guards on input sizes (:mod:`engine.shape_guards`), as JSON
+GUARDS_KEY = "export_sweep.shape_guards"
 
 
 def name_graph_io(model, input_names: list, output_names: list[str]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from engine import shape_guards
 from engine.errors import ExportStageError, InputError, require
 from engine.input_checks import LeafSpec, bounds_spec, check_leaves
 from engine.pytree import get_leaf_tensors
@@ -61,6 +62,8 @@ def check_inputs(meta: dict, inputs: dict[str, Any]) -> list[torch.Tensor]:
     :class:`InputError` on any mismatch (the checks of :func:`engine.input_checks.check_leaves`)."""
     specs = [LeafSpec(spec["name"], getattr(torch, spec["dtype"]), bounds_spec(spec["bounds"])) for spec in meta["inputs"]]
     checked = check_leaves(meta.get("model", "program"), "ExecuTorch program", specs, get_leaf_tensors(inputs))
+    # sizes that break a trace guard would reach kernels planned for others (error 0x12, or a native crash)
+    shape_guards.check(meta.get("model", "program"), meta.get("guards"), checked)
     flat = [tensor.detach().cpu().contiguous() for tensor in checked.values()]
     for position, value in meta.get("constant_inputs", ()):  # None leaves the trace kept as method inputs
         flat.insert(position, value)

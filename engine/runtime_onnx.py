@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from engine.errors import ExportStageError, InputError, require
-from engine.exporter_onnx import INPUT_LEAVES_KEY, INPUT_PREFIX, OUTPUT_LEAVES_KEY
+from engine.exporter_onnx import GUARDS_KEY, INPUT_LEAVES_KEY, INPUT_PREFIX, OUTPUT_LEAVES_KEY
+from engine import shape_guards
 from engine.pytree import iter_leaf_tensors
 from engine.runtime import register_runner
 
@@ -113,6 +114,9 @@ def run_onnx(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
             f"the ONNX model needs input(s) {', '.join(map(repr, missing))} that the inputs do not provide; "
             f"given leaves: {', '.join(leaves) or '(none)'}"
         )
+    recorded = session.get_modelmeta().custom_metadata_map.get(GUARDS_KEY)
+    if recorded:  # sizes that break a guard would reach kernels built for others (an invalid Expand, a wrong Reshape)
+        shape_guards.check(_artifact_name(artifact), json.loads(recorded), leaves)
     try:
         results = session.run(None, feeds)
     except Exception as e:

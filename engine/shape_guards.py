@@ -1,0 +1,207 @@
+"""Guards a trace put on input sizes: recorded in every artifact and checked before it runs.
+
+torch.export keeps what the model's code assumed about the traced sizes as guards over the dynamic dims (a Mamba2
+traced at 7 tokens, shorter than its chunk of 8, computes one chunk: ``(s + (8 - s % 8) % 8) // 8 == 1``). An
+``ExportedProgram`` checks them when called; an ONNX model or a ``.pte`` does not, and a size that breaks one
+reaches a kernel with shapes it was not built for (onnxruntime: an invalid ``Expand``; ExecuTorch: error 0x12 or a
+native crash). So the exporters record the guards (as Python expressions over the input dims) in the artifact's
+metadata, :func:`check` rejects sizes that break one with an :class:`InputError` naming it, and
+:func:`warn_restrictive` tells at export which dims the guards restrict within their bounds.
+
+The recorded expressions are evaluated by a whitelist of integer arithmetic and comparisons (:func:`_evaluate`),
+never by ``eval``: an artifact is data.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+#: how many guards a warning quotes
+QUOTED = 2
+
+
+class ShapeGuardWarning(UserWarning):
+    """The trace's guards reject sizes of a dynamic dim within its bounds: the artifact runs only where they hold."""
+
+
+def _simple_bound(expr: Any) -> bool:
+    """``s >= 4``, ``s <= 8``, ``Ne(s, 1)``: one symbol against a number, which the per-dim bounds already state."""
+    import sympy
+
+    if not isinstance(expr, sympy.core.relational.Relational) or len(expr.free_symbols) != 1:
+        return False
+    sides = (expr.lhs, expr.rhs)
+    return any(side.is_Symbol for side in sides) and any(side.is_number for side in sides)
+
+
+def input_guards(program: torch.export.ExportedProgram, names: list[str] | None = None) -> dict:
+    """``{"guards": [python expression, ...], "dims": {symbol: [leaf name, dim]}}`` for ``program``'s guards over
+    its input dims (``names``: the leaf name of each user input, default :func:`engine.input_checks.
+    program_input_names`); guards over other symbols (data-dependent sizes) and plain per-dim bounds are left out."""
+    from torch.export.graph_signature import InputKind, TensorArgument
+    from torch.utils._sympy.printers import PythonPrinter
+
+    from engine.exporter_dynamo import program_shape_env
+    from engine.input_checks import program_input_names
+
+    shape_env = program_shape_env(program)
+    if shape_env is None:
+        return {"guards": [], "dims": {}}
+    try:
+        names = names if names is not None else program_input_names(program)
+    except Exception:  # noqa: BLE001 - inputs that cannot be named: no guard can be checked by name
+        return {"guards": [], "dims": {}}
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    specs = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    dims: dict[str, list] = {}
+    for name, spec in zip(names, specs):
+        if not isinstance(spec.arg, TensorArgument):
+            continue
+        val = placeholders[spec.arg.name].meta.get("val")
+        for d, size in enumerate(getattr(val, "shape", ())):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                dims.setdefault(str(size.node.expr), [name, d])
+    printer, guards = PythonPrinter(), []
+    for guard in shape_env.guards:
+        expr = guard.expr
+        if not expr.free_symbols or not {str(s) for s in expr.free_symbols} <= dims.keys() or _simple_bound(expr):
+            continue
+        code = printer.doprint(expr)
+        if code not in guards and _parse(code) is not None:
+            guards.append(code)
+    return {"guards": guards, "dims": dims}
+
+
+# ── Evaluating a recorded guard ───────────────────────────────────────────────────────────────────────
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+           ast.Mod: operator.mod, ast.Pow: operator.pow}
+_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+            ast.Gt: operator.gt, ast.GtE: operator.ge}
+
+
+def _parse(code: str) -> ast.Expression | None:
+    try:
+        tree = ast.parse(code, mode="eval")
+    except SyntaxError:
+        return None
+    allowed = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.BinOp, ast.UnaryOp, ast.USub, ast.Not, ast.Compare,
+               ast.Constant, ast.Name, ast.Load, *_BINARY, *_COMPARE)
+    if not all(isinstance(node, allowed) for node in ast.walk(tree)):
+        return None
+    if any(isinstance(node, ast.Constant) and type(node.value) not in (int, bool) for node in ast.walk(tree)):
+        return None
+    return tree
+
+
+def _evaluate(node: ast.AST, sizes: Mapping[str, int]) -> int | bool:
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body, sizes)
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return sizes[node.id]
+    if isinstance(node, ast.UnaryOp):
+        value = _evaluate(node.operand, sizes)
+        return -value if isinstance(node.op, ast.USub) else not value
+    if isinstance(node, ast.BinOp):
+        return _BINARY[type(node.op)](_evaluate(node.left, sizes), _evaluate(node.right, sizes))
+    if isinstance(node, ast.BoolOp):
+        values = (_evaluate(v, sizes) for v in node.values)
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.Compare):
+        left = _evaluate(node.left, sizes)
+        for op, comparator in zip(node.ops, node.comparators):
+            right = _evaluate(comparator, sizes)
+            if not _COMPARE[type(op)](left, right):
+                return False
+            left = right
+        return True
+    raise ValueError(f"not a size expression: {ast.dump(node)}")
+
+
+def holds(code: str, sizes: Mapping[str, int]) -> bool | None:
+    """Whether the guard ``code`` holds at ``sizes`` (symbol -> size); None when it cannot be evaluated."""
+    tree = _parse(code)
+    if tree is None:
+        return None
+    try:
+        return bool(_evaluate(tree, sizes))
+    except (KeyError, ValueError, ZeroDivisionError, ArithmeticError):
+        return None
+
+
+def _named(code: str, dims: Mapping[str, list]) -> str:
+    import re
+
+    return re.sub(r"\b[A-Za-z_]\w*\b", lambda m: f"({dims[m.group()][0]} dim {dims[m.group()][1]})"
+                  if m.group() in dims else m.group(), code)
+
+
+def check(label: str, record: Mapping[str, Any] | None, given: Mapping[str, torch.Tensor]) -> None:
+    """:class:`InputError` when the given leaves' sizes break one of ``record``'s guards (see :func:`input_guards`)."""
+    from engine.errors import InputError
+
+    if not record or not record.get("guards"):
+        return
+    dims = record.get("dims", {})
+    sizes = {sym: int(given[name].shape[d]) for sym, (name, d) in dims.items()
+             if name in given and isinstance(given[name], torch.Tensor) and given[name].ndim > d}
+    for code in record["guards"]:
+        if holds(code, sizes) is False:
+            shown = ", ".join(f"{name} dim {d} = {sizes[sym]}" for sym, (name, d) in dims.items() if sym in sizes
+                              and sym in code)
+            raise InputError(f"{label}: the inputs break a guard the trace took from the model's code at the traced "
+                             f"sizes: {_named(code, dims)} is false for {shown}; export with these sizes (or trace "
+                             "at sizes where the model takes the general path) to run them")
+
+
+def warn_restrictive(label: str, record: Mapping[str, Any], traced: Mapping[str, int],
+                     upper: Mapping[str, int | None]) -> None:
+    """One :class:`ShapeGuardWarning` when the guards reject sizes of a dynamic dim within its bounds (tried: one
+    more than traced, twice and three times traced, each dim alone), naming the dims, a rejected size and the
+    guards."""
+    found: dict[str, tuple[int, str]] = {}
+    for sym, size in traced.items():
+        for candidate in (size + 1, 2 * size, 3 * size):
+            if upper.get(sym) is not None and candidate > upper[sym]:
+                continue
+            broken = next((c for c in record["guards"] if holds(c, {**traced, sym: candidate}) is False), None)
+            if broken is not None:
+                found[sym] = (candidate, broken)
+                break
+    if not found:
+        return
+    dims = record["dims"]
+    listing = "; ".join(f"{dims[sym][0]} dim {dims[sym][1]} (traced {traced[sym]}) rejects {size}, by "
+                        f"{_named(code, dims)}" for sym, (size, code) in list(found.items())[:QUOTED])
+    warnings.warn(f"{label}: the model's code at the traced sizes left guards on {len(found)} dynamic dim(s), so "
+                  f"the program runs only at sizes where they hold: {listing}. Other sizes raise InputError; to "
+                  "run them, trace at sizes where the model takes its general path (a Mamba2 traced shorter than "
+                  "its chunk_size keeps one chunk).", ShapeGuardWarning, stacklevel=3)
+
+
+def warn_for_program(label: str, program: torch.export.ExportedProgram) -> dict:
+    """:func:`warn_restrictive` over ``program``'s guards, tried around its traced sizes; returns the record."""
+    record = input_guards(program)
+    if not record["guards"]:
+        return record
+    from torch.utils._sympy.numbers import IntInfinity
+
+    traced, upper = {}, {}
+    for node in program.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        for size in getattr(val, "shape", ()) if isinstance(val, torch.Tensor) else ():
+            sym = str(size.node.expr) if isinstance(size, torch.SymInt) else None
+            if sym in record["dims"] and size.node.hint is not None:
+                traced[sym] = int(size.node.hint)
+                vr = program.range_constraints.get(size.node.expr)
+                upper[sym] = None if vr is None or isinstance(vr.upper, IntInfinity) else int(vr.upper)
+    warn_restrictive(label, record, traced, upper)
+    return record
