@@ -248,6 +248,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if settings.resume and settings.rows_path.is_file():
         settings.done = {case_id(r) for r in read_rows(settings.rows_path, on_corrupt=_warn_corrupt(config))}
+    config.stash[_PROGRESS] = _Progress(0)  # elapsed counts from here
 
 
 def _warn_corrupt(config: pytest.Config):
@@ -367,13 +368,9 @@ def sweep_run(request: pytest.FixtureRequest):
         # what the result depends on besides the spec: --run-skipped only matters to a listed case
         parts = fingerprint_parts(spec, {"timeout": settings.timeout,
                                          "run_skipped": settings.run_skipped if spec.get("skiplist") else None})
-        run_fields = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "pinned": pinned_versions(),
-                      "shard": "{}/{}".format(*settings.shard) if settings.shard else None,
-                      "selection": settings.selection}
         earlier, rerun_reason = reuse.find(settings.reuse_from, cid, parts) if settings.reuse_from else (None, None)
         if earlier is not None:
-            row = reuse.reused_row(earlier, settings.reuse_from.parent, run_fields)
-            return _record(row)
+            return _record(reuse.reused_row(earlier, settings.reuse_from.parent))
         if not skipped:  # the forkserver starts before the first case that runs (a skipped case never needs it)
             warm_backends(settings.backends, catalog=needs_catalog)
         started = time.time()
@@ -387,7 +384,9 @@ def sweep_run(request: pytest.FixtureRequest):
         row = {
             "model": spec["model"], "backend": spec["backend"], "shapes": spec["shapes"], "case_id": cid,
             "started": started, "wall_seconds": round(time.time() - started, 3),
-            "versions": _versions(), "skiplist": spec.get("skiplist"), **run_fields,
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "versions": _versions(),
+            "pinned": pinned_versions(), "skiplist": spec.get("skiplist"),
+            "shard": "{}/{}".format(*settings.shard) if settings.shard else None, "selection": settings.selection,
             "fingerprint": fingerprint(parts), "fingerprint_parts": parts,
             **({"rerun_reason": rerun_reason} if rerun_reason else {}),
             **result,
@@ -440,9 +439,63 @@ def failure_summary(row: dict, tbstyle: str, rows_path: Path) -> str:
 _ROWS_SEEN: list[dict] = []  # on the controller: every row reported this session (xdist ships user_properties)
 
 
+#: a long run prints a progress line (cases done of total, elapsed, ETA) at most this often, in seconds
+PROGRESS_EVERY = 60.0
+
+
+@dataclass
+class _Progress:
+    total: int
+    started: float = field(default_factory=time.time)
+    done: int = 0
+    last: float = field(default_factory=time.time)
+
+    def line(self, now: float) -> str:
+        elapsed = now - self.started
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.done) / rate if rate else math.inf
+        return (f"export-sweep: {self.done:,} of {self.total:,} cases ({100 * self.done / self.total:.0f}%), "
+                f"{_duration(elapsed)} elapsed, ETA {_duration(eta)} ({60 * rate:.1f} cases/min)")
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    minutes = int(round(seconds / 60))
+    return f"{minutes // 60}h {minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m" if minutes else f"{seconds:.0f}s"
+
+
+_PROGRESS = pytest.StashKey[_Progress]()
+
+
+def _selected_cases(settings: SweepSettings) -> int:
+    from sweep.shard import shard_of
+
+    ids = [p.id for p in _cases(settings)]
+    return sum(1 for i in ids if i not in settings.done and (not settings.shard or shard_of(i, settings.shard[1]) == settings.shard[0]))
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call":
         _ROWS_SEEN.extend(row for key, row in report.user_properties if key == "sweep_row")
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
+    """Count finished cases on the controller; past :data:`PROGRESS_EVERY` seconds, print where the run stands."""
+    settings = config.stash.get(_SETTINGS, None)
+    if settings is None or hasattr(config, "workerinput") or report.when != "teardown" or "test_export[" not in report.nodeid:
+        return None
+    progress = config.stash.setdefault(_PROGRESS, _Progress(0))
+    if not progress.total:  # the cases this run selected (xdist's controller collects none itself)
+        progress.total = max(1, _selected_cases(settings))
+    progress.done += 1
+    now = time.time()
+    if now - progress.last >= PROGRESS_EVERY and progress.done < progress.total:
+        progress.last = now
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(progress.line(now))
+    return None
 
 
 def _stale_entries(rows: list[dict]) -> list[str]:

@@ -2,8 +2,9 @@
 
 Every row records its fingerprint (:mod:`sweep.fingerprint`). With ``--reuse-from``, a case looks up its latest row
 in that folder: when every part of the fingerprint is equal and the row's status is a result (pass, fail,
-discrepancy, skip), the row is copied into this run, marked ``reused_from`` (the folder, and when and how long the
-original ran), and counts in the matrix like any row. Otherwise the case runs and its row says why
+discrepancy, skip), the row is copied into this run as it is (byte for byte, with the time, worker and seconds of
+the run that computed it) plus a ``reused_from`` marker (the folder, and when it was reused), and counts in the
+matrix like any row. Otherwise the case runs and its row says why
 (``rerun_reason``: a new case, a status worth retrying, or the parts that changed). Timeouts and crashes are always
 run again: they depend on the machine's load as much as on the case.
 """
@@ -19,10 +20,6 @@ from sweep.results import RowFileError, case_id, latest_rows, read_rows, rows_pa
 
 #: statuses that are a property of the case (a timeout or a crash may be the machine's, and is retried)
 REUSABLE_STATUSES = frozenset({"pass", "fail", "discrepancy", "skip"})
-#: fields of the original row that describe the run, not the case: the reused row gets this run's
-RUN_FIELDS = ("started", "wall_seconds", "worker", "shard", "selection", "pinned", "reused_from", "rerun_reason")
-
-
 class ReuseError(ValueError):
     """``--reuse-from`` names no readable report folder."""
 
@@ -59,12 +56,7 @@ def find(source: Path, case: str, parts: dict[str, str]) -> tuple[dict | None, s
     return row, ""
 
 
-def reused_row(row: dict, source: Path, run_fields: dict) -> dict:
-    """``row`` as a row of this run: its result unchanged, this run's fields, and where it came from."""
-    out = {k: v for k, v in row.items() if k not in RUN_FIELDS}
-    out.update(run_fields)
-    out["started"] = time.time()
-    out["wall_seconds"] = 0.0
-    ran = row.get("reused_from") or row  # a row reused before: where the case last truly ran
-    out["reused_from"] = {"dir": str(source), "started": ran.get("started"), "wall_seconds": ran.get("wall_seconds")}
-    return out
+def reused_row(row: dict, source: Path) -> dict:
+    """``row`` as it is (its result, and when, where and how long the case really ran), with the reuse marker:
+    the folder it came from and when it was reused (a row reused before gets the new marker)."""
+    return {**row, "reused_from": {"dir": str(source), "at": time.time()}}

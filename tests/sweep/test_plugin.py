@@ -338,3 +338,29 @@ def test_config_sweeps_the_classes_of_a_local_config_folder(pytester):
     result.assert_outcomes(passed=1)
     (row,) = rows(pytester)
     assert row["model"] == "BertModel@my-bert" and row["num_parameters"] < 50_000 and row["model_type"] == "bert"
+
+
+def test_progress_line_says_done_of_total_elapsed_and_eta():
+    from sweep.plugin import _Progress
+
+    progress = _Progress(total=6188, started=0.0, done=1547)
+    assert progress.line(now=3600.0) == ("export-sweep: 1,547 of 6,188 cases (25%), 1h 00m elapsed, ETA 3h 00m "
+                                         "(25.8 cases/min)")
+    assert _Progress(total=10, started=0.0, done=0).line(now=30.0).endswith("30s elapsed, ETA ? (0.0 cases/min)")
+
+
+def test_the_progress_total_is_the_cases_this_run_selects(sweep, pytester):
+    from sweep.plugin import _selected_cases
+
+    config = pytester.parseconfigure("--pyargs", "sweep", "--model-module=local_models", "--backend=eager,dynamo",
+                                     "--models=GoodModel,OtherGoodModel", f"--skiplist-dir={pytester.path / 'skiplists'}")
+    from sweep.plugin import _SETTINGS
+
+    settings = config.stash[_SETTINGS]
+    assert _selected_cases(settings) == 4
+    settings.done = {"GoodModel-eager-static"}
+    assert _selected_cases(settings) == 3
+    settings.shard = (1, 2)
+    halves = _selected_cases(settings)
+    settings.shard = (2, 2)
+    assert halves + _selected_cases(settings) == 3
