@@ -43,7 +43,7 @@ import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with othe
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches, register_fx_program_fix
 from engine.prepare import model_name, split_inputs
 from engine.pytree import spec_leaf_names, iter_leaf_tensors
-from engine.shape_guards import input_guards
+from engine.shape_guards import program_guards
 from engine.shapes import SpecialisationWarning, config_values
 
 logger = logging.getLogger("engine")
@@ -144,7 +144,7 @@ class ExecutorchExporter(DynamoExporter):
         # ── Stage 2: Torch patches (active during the trace through patch_backends) ────────────
         program = self.trace(model, inputs, config)
         traced_inputs, _ = split_inputs(inputs)
-        guards = input_guards(program)  # what the model's code assumed of the traced sizes, checked by the runner
+        guards = program_guards(program)  # what the model's code assumed of the traced sizes, checked by the runner
 
         # ── Stage 4: FX program fixes ────────────────────────────────────────────────────────────
         program.graph_module.meta[DIM_LIMITS_KEY] = DimLimits.from_model(model, name, config.max_seq_len,
@@ -440,8 +440,7 @@ def _fit_to_budget(sizes: list[Any], caps: dict[Any, int], floors: dict[Any, int
 
     def value(expr) -> int:
         subs = {sym: sympy.Integer(caps[sym] if sym in caps else fixed(sym, caps)) for sym in expr.free_symbols}
-        out = expr.xreplace(subs)  # a bare symbol comes back as the Integer itself
-        return int(out) if out.is_number else int(bound_sympy(out).upper)
+        return int(expr.xreplace(subs))  # every symbol has a value: a number (a bare symbol: the Integer itself)
 
     while True:
         largest, expr = max(((value(e), e) for e in sizes), default=(0, None), key=lambda t: t[0])

@@ -48,7 +48,7 @@ import engine.fx_fixes  # noqa: F401  (registers the node fixes shared with othe
 from engine.patches import apply_fx_node_fixes, apply_patches, register_fx_node_fix, register_patch, registered_patches
 from engine.prepare import model_name
 from engine.pytree import spec_leaf_names
-from engine.shape_guards import input_guards
+from engine.shape_guards import program_guards
 from engine.single_trace import decomposed_with, export_decomposed, loaded_op_count, single_trace_supported
 
 logger = logging.getLogger("engine")
@@ -125,7 +125,7 @@ class OnnxExporter(DynamoExporter):
         finally:
             TARGET_OPSET.reset(target)
         input_names, output_names = io_leaf_names(program)
-        guards = input_guards(program)  # what the model's code assumed of the traced sizes, checked by the runner
+        guards = program_guards(program)  # what the model's code assumed of the traced sizes, checked by the runner
         timings["trace"], clock = _lap(clock)
 
         # ── Stage 3: FX node fixes (first pass, on the exported graph) ─────────────────────────────

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -40,10 +41,22 @@ def _simple_bound(expr: Any) -> bool:
     return any(side.is_Symbol for side in sides) and any(side.is_number for side in sides)
 
 
-def input_guards(program: torch.export.ExportedProgram, names: list[str] | None = None) -> dict:
+#: ``graph_module.meta`` key under which :func:`program_guards` keeps a program's record (computed once per export)
+META_KEY = "export_sweep.shape_guards"
+
+
+def program_guards(program: torch.export.ExportedProgram) -> dict:
+    """:func:`input_guards` of ``program``, computed once: the trace's warning and the exporter's metadata share it."""
+    meta = program.graph_module.meta
+    if META_KEY not in meta:
+        meta[META_KEY] = input_guards(program)
+    return meta[META_KEY]
+
+
+def input_guards(program: torch.export.ExportedProgram) -> dict:
     """``{"guards": [python expression, ...], "dims": {symbol: [leaf name, dim]}}`` for ``program``'s guards over
-    its input dims (``names``: the leaf name of each user input, default :func:`engine.input_checks.
-    program_input_names`); guards over other symbols (data-dependent sizes) and plain per-dim bounds are left out."""
+    its input dims (named as :func:`engine.input_checks.program_input_names` names the inputs); guards over other
+    symbols (data-dependent sizes) and plain per-dim bounds are left out."""
     from torch.export.graph_signature import InputKind, TensorArgument
     from torch.utils._sympy.printers import PythonPrinter
 
@@ -54,7 +67,7 @@ def input_guards(program: torch.export.ExportedProgram, names: list[str] | None 
     if shape_env is None:
         return {"guards": [], "dims": {}}
     try:
-        names = names if names is not None else program_input_names(program)
+        names = program_input_names(program)
     except Exception:  # noqa: BLE001 - inputs that cannot be named: no guard can be checked by name
         return {"guards": [], "dims": {}}
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
@@ -137,11 +150,12 @@ def holds(code: str, sizes: Mapping[str, int]) -> bool | None:
         return None
 
 
-def _named(code: str, dims: Mapping[str, list]) -> str:
-    import re
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 
-    return re.sub(r"\b[A-Za-z_]\w*\b", lambda m: f"({dims[m.group()][0]} dim {dims[m.group()][1]})"
-                  if m.group() in dims else m.group(), code)
+
+def _named(code: str, dims: Mapping[str, list]) -> str:
+    return _NAME.sub(lambda m: f"({dims[m.group()][0]} dim {dims[m.group()][1]})" if m.group() in dims else m.group(),
+                     code)
 
 
 def check(label: str, record: Mapping[str, Any] | None, given: Mapping[str, torch.Tensor]) -> None:
@@ -155,8 +169,9 @@ def check(label: str, record: Mapping[str, Any] | None, given: Mapping[str, torc
              if name in given and isinstance(given[name], torch.Tensor) and given[name].ndim > d}
     for code in record["guards"]:
         if holds(code, sizes) is False:
-            shown = ", ".join(f"{name} dim {d} = {sizes[sym]}" for sym, (name, d) in dims.items() if sym in sizes
-                              and sym in code)
+            used = set(_NAME.findall(code))
+            shown = ", ".join(f"{name} dim {d} = {sizes[sym]}" for sym, (name, d) in dims.items()
+                              if sym in sizes and sym in used)
             raise InputError(f"{label}: the inputs break a guard the trace took from the model's code at the traced "
                              f"sizes: {_named(code, dims)} is false for {shown}; export with these sizes (or trace "
                              "at sizes where the model takes the general path) to run them")
@@ -189,7 +204,7 @@ def warn_restrictive(label: str, record: Mapping[str, Any], traced: Mapping[str,
 
 def warn_for_program(label: str, program: torch.export.ExportedProgram) -> dict:
     """:func:`warn_restrictive` over ``program``'s guards, tried around its traced sizes; returns the record."""
-    record = input_guards(program)
+    record = program_guards(program)
     if not record["guards"]:
         return record
     from torch.utils._sympy.numbers import IntInfinity

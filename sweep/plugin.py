@@ -304,21 +304,25 @@ def _cases(settings: SweepSettings) -> list:
     return params
 
 
+def _selected(settings: SweepSettings, case: str) -> bool:
+    """Whether this run runs ``case``: in its ``--shard``, not already done (``--resume``)."""
+    from sweep.shard import shard_of
+
+    return case not in settings.done and (not settings.shard or shard_of(case, settings.shard[1]) == settings.shard[0])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """--shard keeps this shard's cases, --resume drops the cases already done; the rest is deselected."""
     settings = config.stash.get(_SETTINGS, None)
     if settings is None or not (settings.shard or settings.done):
         return
-    from sweep.shard import shard_of
-
     keep, drop = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is None or "sweep_case" not in callspec.params:
             keep.append(item)
             continue
-        out_of_shard = settings.shard and shard_of(callspec.id, settings.shard[1]) != settings.shard[0]
-        (drop if out_of_shard or callspec.id in settings.done else keep).append(item)
+        (keep if _selected(settings, callspec.id) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -469,10 +473,7 @@ _PROGRESS = pytest.StashKey[_Progress]()
 
 
 def _selected_cases(settings: SweepSettings) -> int:
-    from sweep.shard import shard_of
-
-    ids = [p.id for p in _cases(settings)]
-    return sum(1 for i in ids if i not in settings.done and (not settings.shard or shard_of(i, settings.shard[1]) == settings.shard[0]))
+    return sum(1 for p in _cases(settings) if _selected(settings, p.id))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -20,6 +20,8 @@ from sweep.results import RowFileError, case_id, latest_rows, read_rows, rows_pa
 
 #: statuses that are a property of the case (a timeout or a crash may be the machine's, and is retried)
 REUSABLE_STATUSES = frozenset({"pass", "fail", "discrepancy", "skip"})
+
+
 class ReuseError(ValueError):
     """``--reuse-from`` names no readable report folder."""
 
@@ -38,8 +40,8 @@ def _index(rows_file: Path) -> dict[str, dict]:
 
 
 def find(source: Path, case: str, parts: dict[str, str]) -> tuple[dict | None, str]:
-    """``(the row to reuse, "")``, or ``(None, why the case runs)``."""
-    row = _index(check_source(source)).get(case)
+    """``(the row to reuse, "")``, or ``(None, why the case runs)``; ``source``: a row file (:func:`check_source`)."""
+    row = _index(source).get(case)
     if row is None:
         return None, "new case"
     if row.get("status") not in REUSABLE_STATUSES:
