@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.exporter_onnx import OnnxExporter  # noqa: E402
 from engine.patches import apply_patches, patch_disabled  # noqa: E402
-from sweep.zoo import build_case  # noqa: E402
+from sweep.zoo.build import build_case  # noqa: E402
 from bench.timing import timed  # noqa: E402
 from sweep.warmup import warm  # noqa: E402
 from tests.engine.onnx_bytes import comparable_bytes  # noqa: E402

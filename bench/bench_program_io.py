@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine import AutoExporter, DynamoConfig, load_program, save_program  # noqa: E402
-from sweep.zoo import build_case  # noqa: E402
+from sweep.zoo.build import build_case  # noqa: E402
 
 DEFAULT_MODELS = "LlamaForCausalLM,T5ForConditionalGeneration,DetrForObjectDetection,Mamba2ForCausalLM,Qwen3NextModel"
 ROUND_TRIPS = {"torch": (torch.export.save, torch.export.load), "ours": (save_program, load_program)}

@@ -3,7 +3,7 @@
     HF_HUB_OFFLINE=1 taskset -c 1 .venv/bin/python bench/zoo_catalog.py [--out reports/zoo_catalog.jsonl]
         [--jobs 1] [--timeout 120] [--only NAME ...] [--limit N] [--fresh]
 
-Every catalogued class is built with ``sweep.zoo.build_case`` in a worker subprocess (one torch thread each); a
+Every catalogued class is built with ``sweep.zoo.build.build_case`` in a worker subprocess (one torch thread each); a
 class that crashes its worker (segfault) or runs past ``--timeout`` is recorded as such and the worker restarted,
 so one class cannot kill the run. Results are appended as JSON lines as they come, so an interrupted run resumes
 where it stopped (``--fresh`` starts over). At the end the summary (share built by mapping, median/p90 parameters
@@ -43,7 +43,8 @@ def worker() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    from sweep import zoo
+    from sweep.zoo.build import build_case
+    from sweep.zoo.errors import ZooError
 
     out = sys.stdout
     sys.stdout = sys.stderr  # model code that prints must not corrupt the protocol
@@ -52,11 +53,11 @@ def worker() -> None:
         start = time.perf_counter()
         row = {"name": name}
         try:
-            case = zoo.build_case(name)
+            case = build_case(name)
             row.update(status="ok", num_parameters=case.num_parameters, profile=case.profile,
                        inputs=sorted(case.inputs))
             del case
-        except zoo.ZooError as exc:
+        except ZooError as exc:
             row.update(status=exc.category, message=exc.message[:1500], package=exc.package)
         except Exception as exc:  # noqa: BLE001 - an unexpected zoo bug is recorded, never hidden
             row.update(status="zoo_bug", message=f"{type(exc).__name__}: {exc}"[:1500])
@@ -138,7 +139,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 
 def summarise(rows: dict[str, dict]) -> dict:
-    from sweep import catalog
+    from sweep.zoo import catalog
 
     records = catalog.catalog()
     ok = [r for r in rows.values() if r["status"] == "ok"]
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         return worker()
     sys.path.insert(0, str(ROOT))
-    from sweep import catalog
+    from sweep.zoo import catalog
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.fresh and args.out.exists():

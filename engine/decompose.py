@@ -154,7 +154,7 @@ def _recording_method(owner: Any, method: str, calls: list[dict[str, Any]]) -> I
         calls.append(_snapshot({**bound, **extra}))
         return original(*args, **kwargs)
 
-    from engine.patches import swap_attributes
+    from engine.patches.registry import swap_attributes
 
     with swap_attributes([(owner, method, recorded)]):
         yield

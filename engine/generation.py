@@ -173,8 +173,40 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
     values: dict[str, Any] = {k: v for k, v in inputs.items() if v is not None}
+    _run_encoders(components, plan, values)
+    outputs, prefill_kwargs, prompt_length = _run_prefill(components, plan, values)
 
-    # ── Encoders (an encoder-decoder's encoder, a multimodal model's feature extractors) ──
+    decode_template = plan.templates[plan.decode]
+    cache_name = next(iter(cache_kwargs(decode_template)), None)
+    sequence = values[plan.token_input]
+    state = {name: prefill_kwargs[name] for name in (*plan.growing, *plan.token_dims) if name in prefill_kwargs}
+    finished = torch.zeros(sequence.shape[0], dtype=torch.bool)
+
+    processors = logits_processors(plan, values, prompt_length, max_new_tokens)
+    for step in range(max_new_tokens):
+        scores = outputs["logits"][:, -1, :].to(dtype=torch.float32, copy=True)  # as generate()'s greedy step
+        if processors:
+            scores = processors(sequence, scores)
+        token = scores.argmax(-1)
+        if plan.pad_token_id is not None:
+            token = torch.where(finished, torch.full_like(token, plan.pad_token_id), token)
+        sequence = torch.cat([sequence, token[:, None].to(sequence.dtype)], dim=-1)
+        if plan.eos_token_ids:
+            finished |= torch.isin(token, torch.tensor(plan.eos_token_ids))
+            if bool(finished.all()):
+                break
+        if step == max_new_tokens - 1:
+            break
+        # ── Decode: one new token, the cache of the previous step ──
+        step_values = _decode_values(plan, values, state, prefill_kwargs, outputs, token, sequence.dtype)
+        cache = _cache_outputs(outputs, decode_template[cache_name]) if cache_name else None
+        outputs = _run(components, plan.decode, _fill(decode_template, step_values, cache))
+    kept = plan.prompt_columns_returned if plan.prompt_columns_returned >= 0 else prompt_length
+    return sequence[:, prompt_length - min(kept, prompt_length) :]
+
+
+def _run_encoders(components: Mapping[str, Any], plan: GenerationPlan, values: dict[str, Any]) -> None:
+    """Run the encoders (an encoder-decoder's encoder, a multimodal model's feature extractors) into ``values``."""
     for name, feeds in plan.encoders.items():
         outputs = _run(components, name, _fill(plan.templates[name], values, None))
         key, _, sub = feeds.partition(".")
@@ -184,7 +216,10 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
         else:
             values[key] = fill_leaves(template, outputs)
 
-    # ── Prefill ──
+
+def _run_prefill(components: Mapping[str, Any], plan: GenerationPlan, values: dict[str, Any]) -> tuple[dict, dict, int]:
+    """Complete ``values`` as ``generate()`` would (start tokens, positions) and run the prefill; returns its outputs,
+    its inputs and the prompt's length."""
     prefill_template = plan.templates[plan.prefill]
     token_input = plan.token_input
     batch = next(v.shape[0] for v in values.values() if isinstance(v, torch.Tensor))
@@ -206,58 +241,38 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
             values["position_ids"] = torch.arange(prompt_length, dtype=captured_positions.dtype).expand(batch, -1)
     prefill_kwargs = _fill(prefill_template, values, None)
     if plan.multimodal_prefill is not None:  # the reference's multimodal components compute it
-        outputs = run_multimodal_prefill(components, plan, prefill_kwargs)
-    else:
-        if plan.empty_cache is not None:  # the decode program computes the prefill over the empty cache
-            prefill_kwargs = prefill_through_decode(plan, prefill_kwargs)
-        outputs = _run(components, plan.prefill, prefill_kwargs)
+        return run_multimodal_prefill(components, plan, prefill_kwargs), prefill_kwargs, prompt_length
+    if plan.empty_cache is not None:  # the decode program computes the prefill over the empty cache
+        prefill_kwargs = prefill_through_decode(plan, prefill_kwargs)
+    return _run(components, plan.prefill, prefill_kwargs), prefill_kwargs, prompt_length
 
+
+def _decode_values(plan: GenerationPlan, values: Mapping[str, Any], state: dict[str, Any], prefill_kwargs: Mapping[str, Any],
+                   outputs: Mapping[str, Any], token: torch.Tensor, token_dtype: torch.dtype) -> dict[str, Any]:
+    """The next decode step's inputs but the cache: the growing mask (or sequence), the new token and positions
+    (``state`` is updated with them), per-token inputs, and state the previous step returned."""
     decode_template = plan.templates[plan.decode]
-    cache_name = next(iter(cache_kwargs(decode_template)), None)
-    sequence = values[token_input]
-    state = {name: prefill_kwargs[name] for name in (*plan.growing, *plan.token_dims) if name in prefill_kwargs}
-    finished = torch.zeros(sequence.shape[0], dtype=torch.bool)
-
-    processors = logits_processors(plan, values, prompt_length, max_new_tokens)
-    for step in range(max_new_tokens):
-        scores = outputs["logits"][:, -1, :].to(dtype=torch.float32, copy=True)  # as generate()'s greedy step
-        if processors:
-            scores = processors(sequence, scores)
-        token = scores.argmax(-1)
-        if plan.pad_token_id is not None:
-            token = torch.where(finished, torch.full_like(token, plan.pad_token_id), token)
-        sequence = torch.cat([sequence, token[:, None].to(sequence.dtype)], dim=-1)
-        if plan.eos_token_ids:
-            finished |= torch.isin(token, torch.tensor(plan.eos_token_ids))
-            if bool(finished.all()):
-                break
-        if step == max_new_tokens - 1:
-            break
-
-        # ── Decode: one new token, the cache of the previous step ──
-        step_values = {k: v for k, v in values.items() if k in decode_template}  # constant ones (an encoder mask)
-        for name, dim in plan.growing.items():
-            grown = state[name]
-            if name == token_input:  # no cache (use_cache=False): every step feeds the whole sequence so far
-                new = token.reshape([-1 if d == 0 else 1 for d in range(grown.ndim)]).to(grown.dtype)
-            else:  # an attention mask: the new token is attended
-                new = torch.ones([1 if d == dim else s for d, s in enumerate(grown.shape)], dtype=grown.dtype)
-            state[name] = step_values[name] = torch.cat([grown, new], dim=dim)
-        for name, dim in plan.per_token.items():  # generate() repeats the prompt's last position
-            given = values.get(name, prefill_kwargs.get(name))
-            if isinstance(given, torch.Tensor):
-                step_values[name] = given.narrow(dim, given.shape[dim] - 1, 1)
-        for name, dim in plan.token_dims.items():
-            if name == token_input:
-                step_values[name] = token[:, None].to(sequence.dtype)
-            elif name in state:
-                state[name] = step_values[name] = _positions(state[name], dim, 1)
-        for name, captured in decode_template.items():
-            if name not in (*plan.growing, *plan.token_dims, *plan.per_token) and not is_cache_object(captured):
-                state_value = _returned_state(outputs, name, captured)
-                if state_value is not None:
-                    step_values[name] = state_value
-        cache = _cache_outputs(outputs, decode_template[cache_name]) if cache_name else None
-        outputs = _run(components, plan.decode, _fill(decode_template, step_values, cache))
-    kept = plan.prompt_columns_returned if plan.prompt_columns_returned >= 0 else prompt_length
-    return sequence[:, prompt_length - min(kept, prompt_length) :]
+    token_input = plan.token_input
+    step_values = {k: v for k, v in values.items() if k in decode_template}  # constant ones (an encoder mask)
+    for name, dim in plan.growing.items():
+        grown = state[name]
+        if name == token_input:  # no cache (use_cache=False): every step feeds the whole sequence so far
+            new = token.reshape([-1 if d == 0 else 1 for d in range(grown.ndim)]).to(grown.dtype)
+        else:  # an attention mask: the new token is attended
+            new = torch.ones([1 if d == dim else s for d, s in enumerate(grown.shape)], dtype=grown.dtype)
+        state[name] = step_values[name] = torch.cat([grown, new], dim=dim)
+    for name, dim in plan.per_token.items():  # generate() repeats the prompt's last position
+        given = values.get(name, prefill_kwargs.get(name))
+        if isinstance(given, torch.Tensor):
+            step_values[name] = given.narrow(dim, given.shape[dim] - 1, 1)
+    for name, dim in plan.token_dims.items():
+        if name == token_input:
+            step_values[name] = token[:, None].to(token_dtype)
+        elif name in state:
+            state[name] = step_values[name] = _positions(state[name], dim, 1)
+    for name, captured in decode_template.items():
+        if name not in (*plan.growing, *plan.token_dims, *plan.per_token) and not is_cache_object(captured):
+            state_value = _returned_state(outputs, name, captured)
+            if state_value is not None:
+                step_values[name] = state_value
+    return step_values

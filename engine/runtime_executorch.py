@@ -16,12 +16,11 @@ from typing import Any
 import torch
 
 from engine import shape_guards
+from engine.artifact_meta import META_METHOD
 from engine.errors import ExportStageError, InputError, require
 from engine.input_checks import LeafSpec, bounds_spec, check_leaves
 from engine.pytree import get_leaf_tensors
 from engine.runtime import register_runner
-
-META_METHOD = "export_sweep_meta"
 
 
 def _is_executorch_artifact(artifact: Any) -> bool:

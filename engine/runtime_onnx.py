@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from engine.artifact_meta import GUARDS_KEY, INPUT_LEAVES_KEY, INPUT_PREFIX, OUTPUT_LEAVES_KEY
 from engine.errors import ExportStageError, InputError, require
-from engine.exporter_onnx import GUARDS_KEY, INPUT_LEAVES_KEY, INPUT_PREFIX, OUTPUT_LEAVES_KEY
 from engine import shape_guards
 from engine.pytree import iter_leaf_tensors
 from engine.runtime import register_runner

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from engine.fake_mode import program_shape_env
+
 #: how many guards a warning quotes
 QUOTED = 2
 
@@ -60,7 +62,6 @@ def input_guards(program: torch.export.ExportedProgram) -> dict:
     from torch.export.graph_signature import InputKind, TensorArgument
     from torch.utils._sympy.printers import PythonPrinter
 
-    from engine.exporter_dynamo import program_shape_env
     from engine.input_checks import program_input_names
 
     shape_env = program_shape_env(program)

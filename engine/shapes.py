@@ -28,6 +28,7 @@ from torch.export import Dim
 from transformers import cache_utils
 from transformers.utils import ModelOutput
 
+from engine.fake_mode import program_shape_env
 from engine.pytree import is_cache_object, iter_leaf_tensors, pytree_attributes
 
 logger = logging.getLogger("engine")
@@ -254,8 +255,6 @@ def relax_floor_derived_lower_bounds(program: torch.export.ExportedProgram) -> d
     import sympy
     from torch.utils._sympy.solve import try_solve
     from torch.utils._sympy.value_ranges import ValueRanges
-
-    from engine.exporter_dynamo import program_shape_env
 
     shape_env = program_shape_env(program)
     ranges = program._range_constraints

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from engine.patches import swap_attributes
+from engine.patches.registry import swap_attributes
 from engine.pytree import is_cache_object, iter_leaf_tensors
 
 _SKIP_ATTRS = frozenset({"_parameters", "_buffers", "_modules", "training"})

@@ -25,7 +25,6 @@ import torch
 
 STAGES = ("build", "eager", "export", "save", "load", "run", "compare")
 EXPORT_FORMATS = {"dynamo": "dynamo", "onnx": "onnx", "executorch": "executorch"}
-_ARTIFACT_SUFFIX = {"dynamo": ".pt2", "onnx": ".onnx", "executorch": ".pte"}
 SECOND_BATCH = 3
 GENERATE = "generate"  # the shapes label of a generation case
 GENERATE_TOKENS = 8
@@ -96,22 +95,13 @@ def _config(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _save_and_load(backend: str, artifact: Any, workdir: Path, enter: Callable[[str], None]) -> Any:
     """Write the artifact to disk and return what the runtime loads it from (a path, or a loaded program)."""
-    from engine.program_io import load_program, save_program
+    from engine.artifacts import SUFFIX, load_artifact, save_artifact
 
-    path = workdir / f"model{_ARTIFACT_SUFFIX[backend]}"
+    path = workdir / f"model{SUFFIX[backend]}"
     enter("save")
-    if backend == "dynamo":
-        save_program(artifact, path)
-    elif backend == "onnx":
-        artifact.save(str(path))
-    else:
-        from engine import ExecutorchExporter
-
-        ExecutorchExporter.save(artifact, path)
+    save_artifact(artifact, path)
     enter("load")
-    if backend == "dynamo":
-        return load_program(path)
-    return str(path)
+    return load_artifact(path)
 
 
 def generation_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -190,7 +180,7 @@ def _build(spec: dict[str, Any]):
             sys.path.insert(0, spec["module_path"])
         model, inputs = importlib.import_module(spec["model_module"]).SWEEP_MODELS[spec["model"]](spec.get("seed", 0))
         return LocalCase(model.eval(), inputs)
-    from sweep.zoo import build_case
+    from sweep.zoo.build import build_case
 
     if spec.get("config"):  # --config PATH: the user's config, as it is, with synthesised inputs
         return build_case(spec["class"], seed=spec.get("seed", 0), config=spec["config"])
@@ -198,10 +188,15 @@ def _build(spec: dict[str, Any]):
 
 
 def run_case(spec: dict[str, Any], progress: Callable[[str], None] = lambda stage: None) -> dict[str, Any]:
-    """Run one case; ``spec`` has model, backend, shapes, atol, rtol, seed (and onnx_disable_optimize)."""
+    """Run one case; ``spec`` has model, backend, shapes, atol, rtol, seed (and onnx_disable_optimize).
+
+    One function over 80 lines on purpose: the stages (build, eager, export, save/load, run, compare) share one
+    ``try`` so that whatever a stage raises is reported with the stage the clock is in, and read top to bottom in
+    the order a case runs them; each stage's work is already a helper (``_build``, ``_eager``, ``_save_and_load``).
+    """
     from engine import AutoExporter, AutoExportConfig, ExportStageError, get_leaf_tensors, run_exported
     from engine.compare import compare_leaves
-    from sweep.errors import ZooError
+    from sweep.zoo.errors import ZooError
 
     clock = StageClock(progress)
     enter = clock.enter

@@ -87,7 +87,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from sweep.compare import headline, compare_runs, write_comparison
+    from sweep.diff import headline, compare_runs, write_comparison
 
     if args.time_threshold <= 0:
         raise CliError(f"--time-threshold must be > 0, got {args.time_threshold}")
@@ -108,7 +108,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_skiplist(args: argparse.Namespace) -> int:
-    from sweep import catalog
+    from sweep.zoo import catalog
     from sweep.selection import is_known_class
     from sweep.skiplist import SkiplistError, draft, load_skiplists, unlisted
 

@@ -109,7 +109,7 @@ def folder_name(old: dict[str, str], new: dict[str, str | None]) -> str:
 
 def run_drift(env: str, baseline: Path, out: Path | None, sweep_args: list[str]) -> int:
     """Run the sweep in ``env`` into ``out`` and compare it with ``baseline``; the compare's exit code."""
-    from sweep.compare import compare_runs, headline, write_comparison, _versions
+    from sweep.diff import compare_runs, headline, write_comparison, _versions
     from sweep.results import read_rows, rows_path
 
     python = env_python(env)

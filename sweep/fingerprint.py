@@ -5,8 +5,8 @@ Five parts, each hashed on its own so that a rerun can say which one moved (``--
 - ``case``: the case spec (class, backend, shapes, tolerances, seed, the skiplist entry and ONNX optimiser flag it
   carries, a local model's module or config path) and the run settings a case reads (timeout, ``--run-skipped``);
 - ``versions``: the installed version of every pinned package, the Python version and the machine type;
-- ``export-sweep``: every source and data file under ``engine/`` and ``sweep/`` (the zoo's recipes, shrink rules and
-  input builders live there);
+- ``export-sweep``: every source and data file under ``engine/`` and ``sweep/``, subpackages included (the zoo's
+  recipes, shrink rules, lessons and overrides live in ``sweep/zoo/``);
 - ``model``: the model class's source and every module of the same package it imports, transitively (its
   ``modeling_*.py``, its ``configuration_*.py``, ``modeling_utils`` and what they import): touching one modeling
   file changes the fingerprint of exactly the classes whose import closure holds it;

@@ -20,19 +20,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sweep.warm_env import WARM_CATALOG_ENV, WARM_ENV, WARMABLE
+
 # engine's package init is lazy: name the modules a case runs, so that the forkserver imports them once
 PRELOAD = ["torch", "transformers", "engine.exporter_dynamo", "engine.generation", "engine.program_io", "sweep.case",
-           "sweep.zoo"]
-WARM_ENV = "EXPORT_SWEEP_WARM"  # read by sweep.warmup in the forkserver
-WARM_CATALOG_ENV = "EXPORT_SWEEP_WARM_CATALOG"  # "0": no case needs the class catalog (--model-module models only)
+           "sweep.zoo.build"]
 _context: multiprocessing.context.BaseContext | None = None
 
 
 def warm_backends(backends, catalog: bool = True) -> None:
     """Start the forkserver warmed for these backends, and with the class catalog unless no case needs it
     (before the first case; later calls change nothing)."""
-    from sweep.warmup import WARMABLE
-
     if _context is None:
         os.environ[WARM_ENV] = ",".join(b for b in backends if b in WARMABLE)
         os.environ[WARM_CATALOG_ENV] = "1" if catalog else "0"

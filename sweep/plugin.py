@@ -127,7 +127,7 @@ def _parse_backends(values: list[str] | None) -> tuple[str, ...]:
 
 
 def _settings(config: pytest.Config) -> SweepSettings:
-    from sweep import catalog
+    from sweep.zoo import catalog
     from sweep.selection import SelectionError, is_known_class, resolve_models
     from sweep.skiplist import SkiplistError, load_skiplists
 
@@ -214,7 +214,7 @@ def _config_models(config: pytest.Config, paths: list[str]) -> dict[str, dict]:
             model_type = json.loads(file.read_text()).get("model_type")
         except (ValueError, AttributeError) as e:
             raise pytest.UsageError(f"--config {given}: {file} is not a JSON object: {e}") from None
-        from sweep.catalog import classes_of_type
+        from sweep.zoo.catalog import classes_of_type
 
         classes = classes_of_type(model_type) if isinstance(model_type, str) else []
         if not classes:
@@ -275,7 +275,7 @@ def _is_generative(model: str, settings: SweepSettings) -> bool:
     local = settings.local_models.get(model)
     if local is not None and "class" not in local:  # a --model-module model: no generate() we know of
         return False
-    from sweep.catalog import mappings_of
+    from sweep.zoo.catalog import mappings_of
 
     return bool(GENERATIVE_MAPPINGS.intersection(mappings_of(local["class"] if local else model)))
 
@@ -355,7 +355,7 @@ def sweep_run(request: pytest.FixtureRequest):
     """``sweep_run(spec)`` runs the case isolated, writes its row and turns its status into a test outcome."""
     from sweep.case import run_case
     from sweep.isolation import run_isolated, warm_backends
-    from sweep.errors import installable
+    from sweep.zoo.errors import installable
     from sweep.categories import categorize, first_line
     from engine.versions import pinned_versions
 

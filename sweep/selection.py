@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from sweep import catalog
+from sweep.zoo import catalog
 
 SMOKE_FILE = Path(__file__).parent / "data" / "smoke.yaml"
 

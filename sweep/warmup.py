@@ -21,9 +21,7 @@ import sys
 import time
 import warnings
 
-from sweep.isolation import WARM_CATALOG_ENV, WARM_ENV
-
-WARMABLE = ("dynamo", "onnx", "executorch")
+from sweep.warm_env import WARM_CATALOG_ENV, WARM_ENV, WARMABLE
 
 
 def tiny_module():
@@ -79,8 +77,8 @@ def warm_catalog() -> None:
     Each case looks its class up in the catalog, and building the catalog imports the ~20 model modules whose
     class is listed under several model types: 0.6 to 0.8 s of every case's ``build`` stage, against 15 to 35 ms
     for building the tiny model itself."""
-    from sweep.catalog import catalog
-    from sweep.overrides import load
+    from sweep.zoo.catalog import catalog
+    from sweep.zoo.overrides import load
 
     catalog()
     load()

@@ -18,6 +18,7 @@ import torch
 
 import engine.exporter_onnx
 import engine.patches
+import engine.patches.registry
 from engine import (
     AutoExportConfig,
     AutoExporter,
@@ -27,7 +28,8 @@ from engine import (
     run_exported,
 )
 from engine.compare import compare_leaves
-from engine.exporter_onnx import OnnxExporter, sidecar_path, supported_opsets
+from engine.exporter_onnx import OnnxExporter, supported_opsets
+from engine.onnx_io import sidecar_path
 from engine.pytree import iter_leaf_tensors
 from tests.engine.onnx_bytes import comparable_bytes
 from tests.engine.tiny_models import TINY_MODELS, eager_leaves
@@ -306,8 +308,8 @@ def test_fx_fixes_run_again_after_decomposition(monkeypatch, single_trace):
             seen.append(gm)
         return False
 
-    fixes = {**engine.patches._FX_NODE_FIXES, "onnx": [*engine.patches._FX_NODE_FIXES["onnx"], _fix_record_graphs]}
-    monkeypatch.setattr(engine.patches, "_FX_NODE_FIXES", fixes)
+    fixes = {**engine.patches.registry._FX_NODE_FIXES, "onnx": [*engine.patches.registry._FX_NODE_FIXES["onnx"], _fix_record_graphs]}
+    monkeypatch.setattr(engine.patches.registry, "_FX_NODE_FIXES", fixes)
     make, trace_inputs, *_ = OP_CASES["index_put_bool_mask"]
     program = export(make(), trace_inputs, dynamic=True, single_trace=single_trace)
     graphs = 1 if single_trace else 2

@@ -59,8 +59,8 @@ def _tree(root: Path, files: dict[str, str]) -> None:
 
 
 def test_own_sources_cover_engine_and_sweep_code_and_data_not_prose(tmp_path):
-    _tree(tmp_path, {"engine/a.py": "x = 1\n", "sweep/data/smoke.yaml": "- A\n", "sweep/ZOO.md": "prose\n",
-                     "tests/t.py": "y = 1\n"})
+    _tree(tmp_path, {"engine/a.py": "x = 1\n", "sweep/data/smoke.yaml": "- A\n", "sweep/zoo/README.md": "prose\n",
+                     "sweep/zoo/data/overrides.yaml": "{}\n", "tests/t.py": "y = 1\n"})
 
     def digest():
         fp._file_digest.cache_clear()
@@ -68,14 +68,17 @@ def test_own_sources_cover_engine_and_sweep_code_and_data_not_prose(tmp_path):
         return fp.own_sources_digest(tmp_path)
 
     first = digest()
-    (tmp_path / "sweep/ZOO.md").write_text("other prose\n")
+    (tmp_path / "sweep/zoo/README.md").write_text("other prose\n")
     (tmp_path / "tests/t.py").write_text("y = 2\n")
     assert digest() == first
     (tmp_path / "sweep/data/smoke.yaml").write_text("- B\n")
     second = digest()
     assert second != first
+    (tmp_path / "sweep/zoo/data/overrides.yaml").write_text("A: {}\n")  # the zoo subpackage's data counts too
+    third = digest()
+    assert third != second
     (tmp_path / "engine/new.py").write_text("")
-    assert digest() != second
+    assert digest() != third
     fp.own_sources_digest.cache_clear()
 
 

@@ -48,7 +48,7 @@ def test_valid_entries_and_lookup(tmp_path):
 def test_the_repository_skiplists_are_valid():
     from pathlib import Path
 
-    from sweep import catalog
+    from sweep.zoo import catalog
     from sweep.selection import is_known_class
 
     load_skiplists(Path(__file__).resolve().parents[2] / "skiplists", is_known_class, catalog.all_classes)
@@ -78,7 +78,7 @@ def test_every_non_passing_baseline_case_is_listed_with_its_cause(report):
     baseline row (or generation row) that fails without an entry (its cause and link, or a TODO) fails here."""
     from pathlib import Path
 
-    from sweep import catalog
+    from sweep.zoo import catalog
     from sweep.results import latest_rows, read_rows
     from sweep.selection import is_known_class
     from sweep.skiplist import unlisted

@@ -31,7 +31,7 @@ def test_a_failing_warm_up_leaves_the_backend_cold_with_one_line(monkeypatch, ca
 
 def probe(spec, progress):
     """A case target that reports what the forkserver handed it."""
-    from sweep.catalog import catalog
+    from sweep.zoo.catalog import catalog
 
     return {"warmed": "sweep.warmup" in sys.modules, "torch.export loaded": "torch.export" in sys.modules,
             "catalog computed": catalog.cache_info().currsize == 1}

@@ -1,0 +1,291 @@
+"""Finite bounds for the dynamic dims of a program ExecuTorch will plan memory for (stage 3 of the ExecuTorch exporter).
+
+``Dim.AUTO`` leaves most upper bounds at ``int_oo``. ExecuTorch plans memory for the upper bound of every dynamic
+dim (and ``eval_upper_bound`` fails on ``int_oo``), so each unbounded dim needs a finite cap: the larger the cap,
+the larger the plan. Caps come from the model config where it states a limit (positions for sequence dims, image
+size for spatial dims) and from the traced size otherwise (batch); then the caps nobody stated are lowered until
+the largest tensor the program plans fits :data:`PLANNED_TENSOR_BUDGET`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
+from torch.utils._sympy.value_ranges import ValueRanges
+
+from engine.fake_mode import program_shape_env
+from engine.shapes import config_values
+
+#: config keys that bound a sequence length (looked up in the config and every sub-config)
+POSITION_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_target_positions",
+    "max_source_positions",
+    "n_ctx",
+    "max_seq_len",
+    "max_sequence_length",
+)
+
+
+IMAGE_KEYS = ("image_size",)
+
+
+#: a batch dim traced at ``b`` accepts up to ``max(BATCH_FACTOR * b, MIN_BATCH_CAP)``
+BATCH_FACTOR, MIN_BATCH_CAP = 4, 8
+
+
+#: a sequence/spatial dim the config states no limit for accepts up to ``max(LENGTH_FACTOR * traced, MIN_LENGTH_CAP)``
+LENGTH_FACTOR, MIN_LENGTH_CAP = 4, 256
+
+
+#: the largest tensor (an op's output, or the score matrix attention materialises once decomposed) the chosen caps
+#: may plan for: caps the user did not state are halved, the largest relative to its traced size first, down to
+#: ``BUDGET_FLOOR_FACTOR x traced``, until every planned tensor fits. A config's 32k positions (or a video's
+#: frames x height x width) otherwise plan attention scores of many GB, which the runtime cannot allocate.
+PLANNED_TENSOR_BUDGET = 64 * 2**20
+
+
+BUDGET_FLOOR_FACTOR = 2
+
+
+class UnboundedDimWarning(UserWarning):
+    """Dynamic dims without an upper bound were given a finite one for ExecuTorch memory planning."""
+
+
+def _config_limits(config: Any, keys: tuple[str, ...]) -> list[tuple[str, int]]:
+    """``(dotted key, largest positive int)`` for every ``key`` in the config and its sub-configs."""
+    found = []
+    for key, value in config_values(config, keys):
+        ints = [x for x in (value if isinstance(value, (list, tuple)) else [value])
+                if isinstance(x, int) and not isinstance(x, bool) and x > 0]
+        if ints:
+            found.append((key, max(ints)))
+    return found
+
+
+@dataclass
+class DimLimits:
+    """The limits a model's config states for its dynamic dims, and where each came from."""
+
+    model: str
+    length: tuple[str, int] | None = None  # (config key, limit) for sequence-like dims
+    image: tuple[str, int] | None = None  # (config key, limit) for spatial dims of images
+    max_seq_len: int | None = None  # ExecutorchConfig.max_seq_len: wins over ``length`` and derived bounds
+    stated_shapes: bool = False  # the user passed dynamic_shapes: finite bounds are theirs, never lowered
+
+    @classmethod
+    def from_model(cls, model: torch.nn.Module, name: str, max_seq_len: int | None = None,
+                   stated_shapes: bool = False) -> DimLimits:
+        config = getattr(model, "config", None)
+        lengths = _config_limits(config, POSITION_KEYS)
+        images = _config_limits(config, IMAGE_KEYS)
+        # the largest stated limit: a cap above one sub-model's limit costs memory, one below rejects valid inputs
+        return cls(name, max(lengths, key=lambda kv: kv[1], default=None), max(images, key=lambda kv: kv[1], default=None),
+                   max_seq_len, stated_shapes)
+
+    def cap(self, role: str, traced: int) -> tuple[int, str]:
+        """``(cap, why)`` for a dim of ``role`` (``"batch"``, ``"length"``, ``"image"``) traced at ``traced``."""
+        if role == "batch":
+            return max(BATCH_FACTOR * traced, MIN_BATCH_CAP), f"batch: {BATCH_FACTOR} x traced {traced}"
+        if role == "length" and self.max_seq_len is not None:
+            return max(self.max_seq_len, traced), f"max_seq_len={self.max_seq_len}"
+        stated = self.image if role == "image" else self.length
+        if stated is not None:
+            key, limit = stated
+            return max(limit, traced), f"config {key}={limit}"
+        return max(LENGTH_FACTOR * traced, MIN_LENGTH_CAP), f"no config limit: {LENGTH_FACTOR} x traced {traced}"
+
+    def user_stated(self, role: str) -> bool:
+        """Whether the user chose this role's bound (``max_seq_len``): the memory budget never lowers it."""
+        return role == "length" and self.max_seq_len is not None
+
+
+def _dim_role(val: torch.Tensor, dim: int) -> str:
+    """Dim 0 is the batch; the last two dims of a floating input of 4 or more dims are image dims (the height and
+    width of images, ``[B, C, H, W]``, and of video frames, ``[B, T, C, H, W]`` or ``[B, C, T, H, W]``); the rest
+    are lengths. (A video's spatial dims read as lengths had no config limit, and three dims capped at 256 each
+    planned GBs.)"""
+    if dim == 0:
+        return "batch"
+    if val.ndim >= 4 and val.is_floating_point() and dim >= val.ndim - 2:
+        return "image"
+    return "length"
+
+
+def user_input_specs(program: torch.export.ExportedProgram) -> list:
+    from torch.export.graph_signature import InputKind
+
+    return [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+
+
+def user_input_placeholders(program: torch.export.ExportedProgram) -> list[torch.fx.Node]:
+    from torch.export.graph_signature import TensorArgument
+
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    return [nodes[s.arg.name] for s in user_input_specs(program) if isinstance(s.arg, TensorArgument)]
+
+
+_ATTENTION_OPS = ("scaled_dot_product", "_scaled_dot_product")
+
+
+def _planned_sizes(program: torch.export.ExportedProgram) -> list[Any]:
+    """The byte size, as an expression in the program's size symbols, of every distinct tensor the program
+    computes, plus each attention's score matrix (``query rows x key rows`` per head), which the lowering's
+    decomposition materialises though no node of the exported program holds it."""
+    import sympy
+
+    sizes: set[Any] = set()
+
+    def add(shape, dtype) -> None:
+        numel = sympy.Integer(1)
+        for size in shape:
+            numel *= size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(int(size))
+        if numel.free_symbols:
+            sizes.add(numel * dtype.itemsize)
+
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        for tensor in val if isinstance(val, (list, tuple)) else (val,):
+            if isinstance(tensor, torch.Tensor):
+                add(tensor.shape, tensor.dtype)
+        if node.op == "call_function" and any(k in str(node.target) for k in _ATTENTION_OPS) and len(node.args) >= 2:
+            q, k = (getattr(a, "meta", {}).get("val") for a in node.args[:2])
+            if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.ndim >= 2 and k.ndim >= 2:
+                add((*q.shape[:-1], k.shape[-2]), q.dtype)
+    return sorted(sizes, key=str)
+
+
+def _fit_to_budget(sizes: list[Any], caps: dict[Any, int], floors: dict[Any, int], fixed: Callable[[Any, dict], int],
+                   budget: int = PLANNED_TENSOR_BUDGET) -> tuple[dict[Any, int], int]:
+    """Halve the caps in ``floors`` (the ones that may move), the largest relative to its floor first, until the
+    largest of ``sizes`` fits ``budget`` or none can move; ``fixed(sym, caps)`` values every other symbol given
+    the current caps. Returns the caps and the largest planned tensor's bytes."""
+    import sympy
+
+    caps = dict(caps)
+
+    def value(expr) -> int:
+        subs = {sym: sympy.Integer(caps[sym] if sym in caps else fixed(sym, caps)) for sym in expr.free_symbols}
+        return int(expr.xreplace(subs))  # every symbol has a value: a number (a bare symbol: the Integer itself)
+
+    while True:
+        largest, expr = max(((value(e), e) for e in sizes), default=(0, None), key=lambda t: t[0])
+        movable = [sym for sym in (expr.free_symbols if expr is not None else ()) if caps.get(sym, 0) > floors.get(sym, 1 << 62)]
+        if largest <= budget or not movable:
+            return caps, largest
+        sym = max(movable, key=lambda s: (caps[s] / floors[s], str(s)))
+        caps[sym] = max(floors[sym], 1 << ((caps[sym] - 1).bit_length() - 1))  # the power of two below
+
+
+def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits) -> None:
+    """Give every dynamic dim of ``program`` a finite upper bound that ExecuTorch can plan memory for.
+
+    Pattern: dynamic dims whose upper bound is ``int_oo`` (every ``Dim.AUTO`` dim no guard bounded).
+    ExecuTorch's memory planning needs a finite upper bound for every dynamic dim and plans buffers at
+    that bound; ``int_oo`` fails ``eval_upper_bound``, and a large generic cap makes tiny models plan GBs.
+    Each unbounded input dim is capped from the model config (``max_position_embeddings`` and the like for
+    sequence dims, ``image_size`` for spatial dims) or, for the batch and for dims the config states no limit
+    for, from the traced size (:func:`_input_dim_caps`); then the caps the user did not state are lowered until
+    the largest tensor the program plans (attention scores included) fits :data:`PLANNED_TENSOR_BUDGET`
+    (:func:`_fit_to_budget`). Finite bounds (explicit ``Dim(min=, max=)``, or ones guards derived) are kept,
+    except that ``ExecutorchConfig.max_seq_len`` lowers a sequence dim's bound above it (Gemma3's guards bound
+    the length by 4094, and its attention scores then plan 2 GiB each). One :class:`UnboundedDimWarning` lists
+    the caps. Both ``range_constraints`` (verifiers) and the shape env's ``var_to_range`` (read by ExecuTorch's
+    ``ConstraintBasedSymShapeEvalPass``) are updated.
+    Upstream: TODO: upstream issue not found (int_oo bounds are torch.export's documented Dim.AUTO behaviour).
+    """
+    shape_env = program_shape_env(program)
+    ranges = program._range_constraints
+    env_ranges = shape_env.var_to_range if shape_env is not None else {}
+    caps, floors, derived = _input_dim_caps(program, limits, lambda sym: getattr(ranges.get(sym, env_ranges.get(sym)), "upper", None))
+
+    def unbounded(sym, chosen) -> int:  # a symbol no input dim is: at the largest cap, as the fallback below
+        vr = ranges.get(sym, env_ranges.get(sym))
+        if vr is not None and not isinstance(vr.upper, IntInfinity):
+            return int(vr.upper)
+        return max((c for s, c in chosen.items() if s not in derived or c < caps[s][0]), default=MIN_LENGTH_CAP)
+
+    largest = 0
+    if caps:
+        chosen, largest = _fit_to_budget(_planned_sizes(program), {s: c for s, (c, _, _) in caps.items()},
+                                         {s: f for s, f in floors.items() if f < caps[s][0]}, unbounded)
+        for sym, cap in chosen.items():
+            if cap < caps[sym][0]:
+                was, why, where = caps[sym]
+                caps[sym] = (cap, f"{why} = {was}, lowered to fit the {PLANNED_TENSOR_BUDGET >> 20} MiB tensor budget", where)
+                derived.discard(sym)
+    for sym in derived:  # kept as torch.export derived it: nothing to report
+        del caps[sym]
+    # symbols no input dim is exactly (derived or data-dependent sizes) get the largest input cap
+    fallback = max((c for c, _, _ in caps.values()), default=MIN_LENGTH_CAP)
+    internal = set()
+    for table in (ranges, env_ranges):
+        for sym, vr in list(table.items()):
+            if isinstance(vr.upper, IntInfinity) or sym in caps:
+                cap = caps[sym][0] if sym in caps else fallback
+                lower = vr.lower if not isinstance(vr.lower, NegativeIntInfinity) else 0
+                table[sym] = ValueRanges(lower, max(cap, int(lower)))
+                if sym not in caps:
+                    internal.add(sym)
+    if caps:
+        _warn_caps(limits.model, caps, len(internal), fallback, largest)
+
+
+def _input_dim_caps(program: torch.export.ExportedProgram, limits: DimLimits, upper: Callable[[Any], Any]):
+    """``(caps, floors, derived)`` for the program's symbolic input dims: ``caps[symbol] = (cap, why, where)`` for
+    each dim that needs one, ``floors[symbol]`` the least cap the memory budget may lower it to, and ``derived``
+    the finite bounds torch.export derived (listed only when the budget lowers them)."""
+    caps: dict[Any, tuple[int, str, str]] = {}
+    floors: dict[Any, int] = {}
+    derived: set[Any] = set()
+    for node in user_input_placeholders(program):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        for d, size in enumerate(val.shape):
+            if not isinstance(size, torch.SymInt) or not size.node.expr.is_symbol:
+                continue
+            expr, role = size.node.expr, _dim_role(val, d)
+            bound = upper(expr)
+            finite = getattr(bound, "is_Integer", False)
+            narrowed = role == "length" and limits.max_seq_len is not None and finite
+            traced = int(size.node.hint) if size.node.hint is not None else 2
+            if isinstance(bound, IntInfinity) or narrowed:
+                cap, why = limits.cap(role, traced)
+                if narrowed:
+                    if cap >= int(bound):
+                        continue
+                    why += f", was {int(bound)}"
+            elif finite and not limits.stated_shapes:  # a bound the trace derived (a model check): the budget may lower it
+                cap, why = int(bound), "derived by torch.export"
+                derived.add(expr)
+            else:
+                continue
+            if expr not in caps or cap > caps[expr][0]:
+                caps[expr] = (cap, why, f"{node.name} dim {d}")
+            # a bound the user stated is never lowered (nor a dim shared with one): its floor is the cap itself
+            floor = cap if limits.user_stated(role) else min(cap, BUDGET_FLOOR_FACTOR * traced)
+            floors[expr] = max(floors.get(expr, 0), floor)
+    return caps, floors, derived
+
+
+def _warn_caps(model: str, caps: Mapping[Any, tuple[int, str, str]], internal: int, fallback: int, largest: int) -> None:
+    listing = "; ".join(f"{where} <= {cap} ({why})" for cap, why, where in caps.values())
+    if internal:
+        listing += f"; and {internal} internal size(s) at the largest cap, {fallback}"
+    over = (f" The largest planned tensor is still {largest / 2**20:.0f} MiB, over the "
+            f"{PLANNED_TENSOR_BUDGET >> 20} MiB budget, at bounds the user stated or at the floor of "
+            f"{BUDGET_FLOOR_FACTOR} x traced.") if largest > PLANNED_TENSOR_BUDGET else ""
+    warnings.warn(
+        f"{model}: {len(caps)} dynamic input dim(s) had no upper bound, one above max_seq_len, or one over "
+        f"the memory budget, and were capped for ExecuTorch memory planning: {listing}.{over} Pass dynamic_shapes with "
+        "torch.export.Dim(min=, max=) (or ExecutorchConfig.max_seq_len) to choose the bounds.",
+        UnboundedDimWarning,
+        stacklevel=3,
+    )

@@ -1,0 +1,480 @@
+"""ExecuTorch correctness patches and FX node fixes: patterns the ExecuTorch/XNNPACK path rejects or computes wrong.
+
+Registered for ``"executorch"``. The torch patches are active while :meth:`DynamoExporter.trace` traces (stage 2)
+and while the program is lowered (stage 4), as are the patches of ExecuTorch internals; the node fixes rewrite the
+traced program (stage 3). The speed patches of the same stages are in :mod:`engine.patches.executorch_speed`.
+Each exists because a test model (``tests/engine/tiny_models.py``) needs it; its docstring names the pattern and
+the upstream issue.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import types
+
+import numpy as np
+import torch
+from torch.fx.experimental.symbolic_shapes import free_symbols
+from torch.utils._sympy.printers import PythonPrinter
+
+from engine.patches.registry import register_fx_node_fix, register_patch
+
+#: the ExecuTorch releases whose internals these patches were read against: 1.4.1 (the pins) and 1.5.1, whose
+#: patched functions and the helpers they call are unchanged (diffed when following upstream, reports/drift/)
+EXECUTORCH_RANGE = {"executorch": ">=1.4,<1.6"}
+_EXECUTORCH = EXECUTORCH_RANGE
+
+
+# ── Correctness: torch functions the model calls ────────────────────────────────────────────────────────────
+# Ops the ExecuTorch/XNNPACK path cannot take, swapped while tracing.
+
+
+@register_patch("executorch", "torch.nn.functional.scaled_dot_product_attention")
+def _patch_sdpa_output_layout(original):
+    """Pattern: a ``view`` of the SDPA output (``attn.transpose(1, 2).reshape(b, s, -1)``, then ``x.view(-1, d)``).
+
+    ``torch.export`` records those reshapes as bare views because the SDPA meta kernel reports a contiguous
+    ``(N, H, L, E)`` output. ExecuTorch's lowering re-decomposes SDPA on CPU through
+    ``_scaled_dot_product_flash_attention_for_cpu``, which returns an ``(L, N, H, E)``-strided buffer, and the
+    recorded view fails: ``Cannot view a tensor with shape [s0, s1, 32] and strides (32, 32*s0, 1)`` (GPT-2's
+    ``Conv1D``). An explicit contiguous ``clone`` of the output is recorded whatever the trace-time layout, and
+    makes every later view valid under either decomposition.
+    Upstream: https://github.com/pytorch/pytorch/issues/136543 (same error from the SDPA decomposition).
+    """
+
+    def scaled_dot_product_attention(*args, **kwargs):
+        return original(*args, **kwargs).clone(memory_format=torch.contiguous_format)
+
+    return scaled_dot_product_attention
+
+
+def _triple(value) -> tuple[int, int, int]:
+    return tuple(value) * (3 // len(value)) if isinstance(value, (tuple, list)) else (value,) * 3
+
+
+@register_patch("executorch", "torch.nn.functional.conv3d")
+def _patch_conv3d_as_conv2d_over_time(original):
+    """Pattern: a 3-D convolution whose temporal kernel equals its temporal stride, with no temporal padding or
+    dilation: the tubelet/patch embedding of video models (VideoMAE, ViViT, V-JEPA 2, VideoPrism).
+
+    ExecuTorch has no 5-D convolution: XNNPACK does not take it, and the portable kernel's argument check
+    (``check_convolution_args``: "Expect input tensor to be 3-D or 4-D") fails the loaded method at run time with
+    error 0x12. Time windows that do not overlap are independent 2-D convolutions, so the input's time axis is
+    folded into the batch (``[N, C, T, H, W]`` -> ``[N * T/kt, C * kt, H, W]``) and the weight's temporal taps into
+    its input channels; the ``conv2d`` is delegated to XNNPACK. Any other 3-D convolution (overlapping or padded
+    in time, string padding) goes to the original. Upstream: no issue found for 5-D convolution in ExecuTorch's
+    portable kernels (TODO: ask for ``conv3d`` there or in XNNPACK's partitioner).
+    """
+
+    def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        if isinstance(padding, str) or input.dim() != 5:
+            return original(input, weight, bias, stride, padding, dilation, groups)
+        (st, sh, sw), (pt, ph, pw), (dt, dh, dw) = _triple(stride), _triple(padding), _triple(dilation)
+        kt = weight.shape[2]
+        if st != kt or pt != 0 or (dt != 1 and kt != 1):
+            return original(input, weight, bias, stride, padding, dilation, groups)
+        n, c, t, h, w = input.shape
+        windows = t // kt
+        x = input.narrow(2, 0, windows * kt).reshape(n, c, windows, kt, h, w)
+        x = x.permute(0, 2, 1, 3, 4, 5).reshape(n * windows, c * kt, h, w)
+        y = torch.nn.functional.conv2d(x, weight.flatten(1, 2), bias, (sh, sw), (ph, pw), (dh, dw), groups)
+        return y.reshape(n, windows, *y.shape[1:]).permute(0, 2, 1, 3, 4)
+
+    return conv3d
+
+
+def _dynamic_dims(val) -> int:
+    return sum(1 for d in val.shape if free_symbols(d)) if isinstance(val, torch.Tensor) else 0
+
+
+def _rejecting(original, refused):
+    """A partitioner config's ``check_constraints`` that also refuses the nodes ``refused(node)`` names: the ones
+    XNNPACK's serializer would fail on, so they stay on the portable kernels."""
+
+    def check_constraints(self, node, ep):
+        return False if refused(node) else original(self, node, ep)
+
+    return check_constraints
+
+
+@register_patch(
+    "executorch",
+    "executorch.backends.xnnpack.partition.config.generic_node_configs.UnsqueezeCopyConfig.check_constraints",
+    requires=_EXECUTORCH,
+)
+def _patch_unsqueeze_with_several_dynamic_dims(original):
+    """Pattern: ``unsqueeze(-1)`` of a tensor with two or more dynamic dims (``[batch, seq] -> [batch, seq, 1]``).
+
+    XNNPACK's partitioner accepts any trailing-dim ``unsqueeze_copy``, but its serializer
+    (``UnsqueezeVisitor.define_node``) emits a static reshape that allows one dynamic dim only and raises
+    ``XNNPACK reshape only supports 1 dynamic dimension`` at lowering. Reject such nodes in the partitioner,
+    mirroring the serializer's check, so they stay on the portable ``unsqueeze_copy`` kernel.
+    Upstream: the limit comes with https://github.com/pytorch/executorch/pull/7959 (static_reshape, "up to one
+    dynamic dimension"); no issue found for the partitioner/serializer mismatch (TODO).
+    """
+
+    return _rejecting(original, lambda node: _dynamic_dims(node.meta.get("val")) > 1)
+
+
+@register_patch(
+    "executorch",
+    "executorch.backends.xnnpack.partition.config.generic_node_configs.GeluConfig.check_constraints",
+    requires=_EXECUTORCH,
+)
+def _patch_tanh_gelu_delegated_as_exact_gelu(original):
+    """Pattern: ``gelu(x, approximate="tanh")`` (``gelu_pytorch_tanh``/``gelu_new`` in SigLIP, the Gemma family,
+    GPT-2-style MLPs).
+
+    XNNPACK's partitioner takes every ``aten.gelu`` and its serializer writes an exact (erf) ``XNNGelu`` whatever
+    ``approximate`` says, so the delegated program computes another function: up to 4.7e-4 away from the tanh
+    form (at x = -2.7), which grows over a vision tower past the sweep's 1e-4 (SigLIP's last_hidden_state
+    4.7e-4; eager and ExecuTorch's portable kernels are within 3e-6 of float64). Keep tanh GELU out of the
+    partition: ExecuTorch's portable ``gelu`` kernel implements the tanh form.
+    Upstream: https://github.com/pytorch/executorch/pull/22851 (routes tanh GELU to XNNPACK's approxgelu; merged
+    after 1.5.1).
+    """
+
+    return _rejecting(original, lambda node: node.kwargs.get("approximate", "none") == "tanh"
+                      or (len(node.args) > 1 and node.args[1] == "tanh"))
+
+
+@register_patch(
+    "executorch",
+    "executorch.backends.xnnpack.partition.config.gemm_configs.ConvolutionConfig.check_constraints",
+    "executorch.backends.xnnpack.partition.config.node_configs.BatchNormConfig.check_constraints",
+    requires=_EXECUTORCH,
+)
+def _patch_conv1d_with_several_dynamic_dims(original):
+    """Pattern: a node XNNPACK runs as a 1-D convolution over ``[batch, channels, length]`` with two or more of
+    those dims dynamic: a ``conv1d`` (Mamba's causal convolution, audio front-ends) or a ``BatchNorm1d``, which
+    XNNPACK rewrites into a depthwise conv1d (``DecomposeBatchNorm``; the convolution module of Conformer-style
+    speech encoders: LASR, Canary, Cohere ASR, Granite Speech).
+
+    XNNPACK runs a conv1d as ``unsqueeze(-1) -> conv2d -> squeeze(-1)`` (``Conv1dUnsqueezePass``, inside the
+    delegate), and that unsqueeze/squeeze pair is a static reshape limited to one dynamic dim, so lowering
+    raises ``XNNPACK reshape only supports 1 dynamic dimension``. Keep such nodes out of the XNNPACK partition;
+    the portable kernels run them.
+    Upstream: the one-dynamic-dim limit is stated in https://github.com/pytorch/executorch/pull/2976; no issue
+    found for the partitioner admitting such nodes (TODO).
+    """
+
+    def runs_as_conv1d_with_several_dynamic_dims(node):
+        val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        return isinstance(val, torch.Tensor) and val.ndim == 3 and _dynamic_dims(val) > 1
+
+    return _rejecting(original, runs_as_conv1d_with_several_dynamic_dims)
+
+
+# ── Correctness: ExecuTorch internals ───────────────────────────────────────────────────────────────────────
+# Internals that fail on legitimate dynamic-shape patterns, swapped while lowering.
+
+
+#: most points a size expression is evaluated at to find its exact maximum (else interval arithmetic)
+_MAX_GRID = 1 << 16
+
+
+def _exact_max(expr, var_to_range) -> int | None:
+    """The exact maximum of an integer size expression over its symbols' (finite) ranges, by evaluating it at
+    every point; ``None`` when the grid is too large or the expression does not evaluate."""
+    syms = sorted(expr.free_symbols, key=str)
+    ranges = [var_to_range.get(s) for s in syms]
+    if not syms or any(r is None or not r.lower.is_finite or not r.upper.is_finite for r in ranges):
+        return None
+    spans = [(int(r.lower), int(r.upper)) for r in ranges]
+    if math.prod(hi - lo + 1 for lo, hi in spans) > _MAX_GRID:
+        return None
+    key = (expr, tuple(spans))
+    if key not in _EXACT_MAX_CACHE:
+        _EXACT_MAX_CACHE[key] = _evaluate_max(expr, syms, spans)
+    return _EXACT_MAX_CACHE[key]
+
+
+_EXACT_MAX_CACHE: dict = {}
+
+
+def _evaluate_max(expr, syms, spans) -> int | None:
+    try:
+        source = PythonPrinter().doprint(expr)
+        fn = eval(f"lambda {', '.join(map(str, syms))}: {source}", {"math": math})  # noqa: S307 (printed sympy)
+        grids = np.meshgrid(*[np.arange(lo, hi + 1, dtype=np.int64) for lo, hi in spans], indexing="ij")
+        with np.errstate(all="ignore"):
+            values = np.asarray(fn(*grids))
+        if values.dtype.kind not in "iu":
+            return None
+        return int(values.max())
+    except Exception:  # an expression the printer or numpy cannot evaluate: keep the interval bound
+        return None
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.sym_util.eval_upper_bound",
+    "executorch.exir.passes.sym_shape_eval_pass.eval_upper_bound",
+    requires=_EXECUTORCH,
+)
+def _patch_loose_upper_bound_of_floordiv_ratios(original):
+    """Pattern: sizes that divide a dynamic length by a function of itself (chunked scans, windows):
+    ``n_chunks = padded // chunk`` then ``padded // n_chunks`` (always ``chunk``).
+
+    ``eval_upper_bound`` bounds a size by interval arithmetic, which evaluates ``x // (x // 4)`` as
+    ``upper(x) // lower(x // 4)``: Mamba2's chunked scan, traced with ``chunk_size=4`` and a length capped at
+    256, plans ``[2, 64, 8, 259, 259]`` buffers for ``[2, 64, 8, 4, 4]`` tensors, a 1.1 GB arena that the runtime
+    then fails to load. Evaluate such expressions exactly at every point of their symbols' ranges when those
+    are small (at most 65536 points; else the interval bound stands); the result is never above the interval
+    bound and is exact.
+    Upstream: TODO: upstream issue not found (executorch/exir/sym_util.py, eval_upper_bound).
+    """
+
+    def eval_upper_bound(maybe_symint):
+        bound = original(maybe_symint)
+        if isinstance(maybe_symint, int):
+            return bound
+        node = maybe_symint.node
+        exact = _exact_max(node.expr, node.shape_env.var_to_range)
+        return bound if exact is None else min(bound, exact)
+
+    return eval_upper_bound
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.verification.arg_validator.EdgeOpArgValidator.call_function",
+    requires=_EXECUTORCH,
+)
+def _patch_dtype_validator_len_of_tensor_list(original):
+    """Pattern: an op returning one ``Tensor[]`` (``split_with_sizes_copy``: GPT-2's fused ``qkv.split``) whose
+    first output has a dynamic dim 0 (the batch).
+
+    The edge verifier's dtype validator walks ``node.meta["val"]`` one element per schema return, so for a single
+    ``Tensor[]`` return it takes the *first tensor* for the list and calls ``len()`` on it. ``len`` of a tensor with
+    a symbolic dim 0 installs the guard ``Eq(s0, 2)``: the batch is silently specialised to its traced size and
+    the program then rejects any other batch at run time. Hand the validator the list wrapped as one return.
+    Upstream: TODO: upstream issue not found (executorch/exir/verification/arg_validator.py, call_function).
+    """
+
+    def call_function(self, target, args, kwargs):
+        returns = getattr(getattr(target, "_schema", None), "returns", ())
+        val = self.node.meta.get("val")
+        if len(returns) == 1 and returns[0].type == torch.ListType.ofTensors() and isinstance(val, (list, tuple)):
+            self.node.meta["val"] = [val]
+            try:
+                return original(self, target, args, kwargs)
+            finally:
+                self.node.meta["val"] = val
+        return original(self, target, args, kwargs)
+
+    return call_function
+
+
+@register_patch(
+    "executorch",
+    "executorch.backends.xnnpack.partition.config.node_configs.MaxDimConfig.check_constraints",
+    requires=_EXECUTORCH,
+)
+def _patch_max_dim_outside_the_serializers_dims(original):
+    """Pattern: ``x.max(dim=-1, keepdim=True).values`` on a 4-D tensor (GPT-OSS's attention sinks, MiMo-V2, HY-V4,
+    OpenAI privacy filter) or ``x.max(dim=d)`` without ``keepdim`` (Hiera).
+
+    XNNPACK's partitioner takes any ``max.dim`` of a 4-D input whose indices go unused, but its serializer
+    (``op_max_dim.py``) emits a 2-D pooling that needs ``keepdim=True`` and ``dim`` spelled 2 or 3, and raises
+    ``amax.default only supports dim == 2 or dim == 3`` (or ``... keep_dim == True``) at lowering: ``-1`` is
+    refused although it is dim 3. Reject the nodes the serializer would refuse, with the serializer's own spelling
+    check, so they stay on the portable kernel. Upstream: the same spelling mismatch was fixed for ``mean.dim`` in
+    https://github.com/pytorch/executorch/pull/19206; no issue found for ``max.dim`` (TODO).
+    """
+
+    def refused(node):
+        keepdim = len(node.args) > 2 and node.args[2] is True
+        return not keepdim or node.args[1] not in (2, 3)
+
+    return _rejecting(original, refused)
+
+
+@register_patch("executorch", "executorch.exir.verification.verifier._EXECUTORCH_SYM_OPS", requires=_EXECUTORCH)
+def _patch_edge_verifier_python_sym_functions(original):
+    """Pattern: a data-dependent check on a tensor (``torch._check_tensor_all(mask.sum() * h == n)``, as
+    transformers' ``torch_compilable_check`` does for LLaVA's image tokens) leaves ``torch.sym_ite`` in the program
+    as part of a runtime assert. ``to_edge`` verifies the graph before ExecuTorch's own ``ReplaceSymSizeOpPass``
+    maps Python sym functions (``torch.sym_ite``, ``sym_not``, ``sym_max``, ...) to ``executorch_prim`` ops, and
+    the edge verifier admits no Python function but ``alloc`` (a bare ``AssertionError``). The verifier's set of
+    admitted sym ops gains exactly the functions that pass maps. TODO: upstream issue not found.
+    """
+    from executorch.exir.passes.executorch_prim_ops_registry import _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS
+
+    return set(original) | {op for op in _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS if isinstance(op, types.FunctionType)}
+
+
+# ── Correctness: FX node fixes ──────────────────────────────────────────────────────────────────────────────
+# `_fix_<pattern>(graph_module, node) -> bool` on the traced program, before lowering.
+
+
+#: uninitialised allocations and their zero-filled twins (same arguments, no ``memory_format``)
+_ZEROED = {
+    torch.ops.aten.new_empty.default: torch.ops.aten.new_zeros.default,
+    torch.ops.aten.empty.memory_format: torch.ops.aten.zeros.default,
+    torch.ops.aten.empty_like.default: torch.ops.aten.zeros_like.default,
+}
+
+
+@register_fx_node_fix("executorch")
+def _fix_symbolic_empty_as_zeros(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make an uninitialised allocation of a symbolic size (``x.new_empty(b, h, s, d)``, ``torch.empty_like(x)``) a
+    zero-filled one.
+
+    Pattern: DeepSeek-V3's multi-head latent attention (and MiniCPM3, Mistral 4, Kimi Linear, GLM-MoE-DSA...)
+    builds its keys with ``kv_nope.new_empty(...)`` and fills the two halves in place. ExecuTorch's edge passes
+    turn ``aten.empty.memory_format`` into ``dim_order_ops._empty_dim_order``, whose schema takes ``int[] size``,
+    not ``SymInt[]``: calling it on symbolic sizes makes each one a Python int, so the frozen shape environment
+    pins batch and sequence to their traced values and the ``.pte`` accepts only the traced sequence length (and
+    batches up to the traced one). ``zeros`` takes ``SymInt[]`` and lowers to ``full``; an ``empty`` tensor's
+    contents are undefined, so zeros are one of its values. Only symbolic sizes are touched: a static ``empty``
+    keeps its (free) uninitialised allocation. Upstream: no issue found for ``_empty_dim_order``'s ``int[]`` schema
+    (executorch/exir/passes/dim_order_ops_registry.py) (TODO).
+    """
+    zeroed = _ZEROED.get(node.target) if node.op == "call_function" else None
+    val = node.meta.get("val")
+    if zeroed is None or not isinstance(val, torch.Tensor) or not any(free_symbols(d) for d in val.shape):
+        return False
+    if node.kwargs.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
+        return False
+    kwargs = {k: v for k, v in node.kwargs.items() if k != "memory_format"}
+    return _replace_node(gm, node, zeroed, node.args, kwargs)
+
+
+def _replace_node(gm: torch.fx.GraphModule, node: torch.fx.Node, target, args, kwargs) -> bool:
+    """Put a call of ``target`` where ``node`` is (same outputs, so same ``meta``) and drop ``node``."""
+    with gm.graph.inserting_before(node):
+        replacement = gm.graph.call_function(target, tuple(args), kwargs)
+    replacement.meta.update(node.meta)
+    node.replace_all_uses_with(replacement)
+    gm.graph.erase_node(node)
+    return True
+
+
+_SORTS = (torch.ops.aten.sort.default, torch.ops.aten.sort.stable)
+
+
+_ARGSORTS = (torch.ops.aten.argsort.default, torch.ops.aten.argsort.stable)
+
+
+@register_fx_node_fix("executorch")
+def _fix_sort_as_topk(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make ``torch.sort(x, dim, descending)`` (and ``torch.argsort``) a ``torch.topk(x, x.shape[dim], dim,
+    largest=descending)``.
+
+    Pattern: JetMoE sorts its routed expert ids to group tokens by expert; SAM-HQ sorts point scores. The
+    ExecuTorch runtime's portable kernels have no ``sort`` (``kernel 'aten::sort.values' not found``: the method
+    fails to load with 0x14), but have ``topk``, which with ``k`` the whole dim and ``sorted=True`` returns the same
+    values and indices (for tied values an unstable sort may order the indices either way, as ``sort`` itself
+    may). A stable sort (``stable=True``) keeps its ``sort``: ``topk`` does not promise the order of ties.
+    Upstream: no issue found for a portable ``sort`` kernel in ExecuTorch (TODO).
+    """
+    if node.op != "call_function" or node.target not in (*_SORTS, *_ARGSORTS) or node.kwargs.get("stable"):
+        return False
+    source = node.args[0]
+    src_val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if not isinstance(src_val, torch.Tensor) or src_val.dim() == 0:
+        return False
+    # sort/argsort.default(self, dim=-1, descending=False); .stable(self, *, stable, dim=-1, descending=False)
+    positional = node.args[1:] if node.target in (torch.ops.aten.sort.default, torch.ops.aten.argsort.default) else ()
+    dim = positional[0] if len(positional) > 0 else node.kwargs.get("dim", -1)
+    descending = positional[1] if len(positional) > 1 else node.kwargs.get("descending", False)
+    length = src_val.shape[dim]
+    with gm.graph.inserting_before(node):
+        if free_symbols(length):
+            k = gm.graph.call_function(torch.ops.aten.sym_size.int, (source, dim % src_val.dim()))
+            k.meta["val"] = length
+        else:
+            k = int(length)
+    topk_args = (source, k, dim, bool(descending), True)
+    if node.target in _SORTS:  # same (values, indices) outputs
+        return _replace_node(gm, node, torch.ops.aten.topk.default, topk_args, {})
+    # argsort: the indices of topk
+    with gm.graph.inserting_before(node):
+        topk = gm.graph.call_function(torch.ops.aten.topk.default, topk_args)
+    topk.meta.update({**node.meta, "val": (src_val, node.meta.get("val"))})
+    return _replace_node(gm, node, operator.getitem, (topk, 1), {})
+
+
+#: node meta key marking a modulo this module already rewrote (the fixes may run over a graph twice)
+_FLOORED = "engine.floored_mod"
+
+
+@register_fx_node_fix("executorch")
+def _fix_symbolic_mod_as_floored(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make ``a % b`` of symbolic sizes ``((a % b) + b) % b``.
+
+    Pattern: a model pads a length to a multiple of a block, ``pad = (-length) % block`` (LongT5's local attention).
+    Python's ``%`` is floored (the result takes the divisor's sign: ``-24 % 128 == 104``); the ExecuTorch runtime's
+    ``executorch_prim::mod`` computes C's truncated remainder (``-24``), so LongT5's padded length came out 0, a
+    block count of 0 followed, and dividing by it killed the process (SIGFPE). ``((a % b) + b) % b`` is the floored
+    remainder under both rules, for every sign of ``a`` and ``b``. TODO: upstream issue not found
+    (``kernels/prim_ops/register_prim_ops.cpp`` computes ``a.toInt() % b.toInt()``; its floordiv is floored).
+    """
+    if node.op != "call_function" or node.target is not operator.mod or node.meta.get(_FLOORED):
+        return False
+    a, b = node.args
+    values = [x.meta.get("val") if isinstance(x, torch.fx.Node) else x for x in (a, b)]
+    if not any(isinstance(v, torch.SymInt) for v in values) or not all(isinstance(v, (int, torch.SymInt)) for v in values):
+        return False
+    graph = gm.graph
+    with graph.inserting_before(node):
+        remainder = graph.call_function(operator.mod, (a, b))
+        shifted = graph.call_function(operator.add, (remainder, b))
+        floored = graph.call_function(operator.mod, (shifted, b))
+    remainder.meta["val"] = values[0] % values[1]
+    shifted.meta["val"] = remainder.meta["val"] + values[1]
+    floored.meta.update(node.meta)
+    for rewritten in (remainder, floored):
+        rewritten.meta[_FLOORED] = True
+    node.replace_all_uses_with(floored)
+    return True
+
+
+_CONSTANT_PADS = (torch.ops.aten.pad.default, torch.ops.aten.constant_pad_nd.default)
+
+
+@register_fx_node_fix("executorch")
+def _fix_negative_pad_as_slice(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make a constant pad with negative amounts a slice (the crop), then a pad by the positive amounts.
+
+    Pattern: a model shifts a sequence by one step with ``nn.ZeroPad2d((0, 0, 1, -1))`` (RWKV's time shift): a
+    negative pad crops that end, as torch allows. ExecuTorch's ``constant_pad_nd`` kernel rejects it ("Padding values
+    must be non-negative", 0x12 at run time). A slice from ``-left`` to ``right`` (a negative end) crops the same
+    rows. TODO: upstream issue not found (``kernels/portable/cpu/util/kernel_ops_util.cpp`` checks ``pad[i] >= 0``).
+    """
+    if node.op != "call_function" or node.target not in _CONSTANT_PADS:
+        return False
+    x, pad, *rest = node.args
+    if node.target is torch.ops.aten.pad.default:
+        mode = rest[0] if rest else node.kwargs.get("mode", "constant")
+        value = rest[1] if len(rest) > 1 else node.kwargs.get("value")
+        if mode != "constant":
+            return False
+    else:
+        value = rest[0] if rest else node.kwargs.get("value", 0)
+    value = 0.0 if value is None else value
+    current_val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    fake_mode = getattr(current_val, "fake_mode", None)
+    if fake_mode is None or not all(isinstance(p, int) for p in pad) or min(pad, default=0) >= 0:
+        return False
+    graph, current = gm.graph, x
+    carried = {k: v for k, v in node.meta.items() if k != "val"}
+    steps = []
+    for i in range(len(pad) // 2):  # pad pairs run from the last dim backwards
+        left, right = pad[2 * i], pad[2 * i + 1]
+        if left < 0 or right < 0:
+            dim = current_val.dim() - 1 - i
+            steps.append((torch.ops.aten.slice.Tensor, (dim, max(-left, 0), right if right < 0 else torch.iinfo(torch.int64).max)))
+    if any(p > 0 for p in pad):
+        steps.append((torch.ops.aten.constant_pad_nd.default, ([max(p, 0) for p in pad], value)))
+    with graph.inserting_before(node):
+        for op, args in steps:
+            current = graph.call_function(op, (current, *args))
+            with fake_mode:
+                current_val = op(current_val, *args)
+            current.meta.update(carried)
+            current.meta["val"] = current_val
+    node.replace_all_uses_with(current)
+    return True

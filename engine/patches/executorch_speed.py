@@ -1,0 +1,288 @@
+"""ExecuTorch speed patches: the same lowering, computed once where ExecuTorch computes it many times.
+
+Registered for ``"executorch"`` and active while the program is lowered (stage 4). None changes what is lowered:
+each docstring names the repeated work it removes and what it measured, and ``tests/engine/patches/`` checks the
+lowered program is the same with the patch disabled (:func:`engine.patches.patch_disabled`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.patches.executorch import EXECUTORCH_RANGE as _EXECUTORCH
+from engine.patches.registry import register_patch
+
+
+# ── Speed: ExecuTorch internals ─────────────────────────────────────────────────────────────────────────────
+
+
+class _NoRun(torch.fx.Interpreter):
+    """An interpreter that runs no op: below the edge dtype validator, it leaves only its bookkeeping."""
+
+    def call_function(self, target, args, kwargs):
+        return None
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.verification.verifier._check_tensor_args_matching_op_allowed_dtype",
+    requires=_EXECUTORCH,
+)
+def _patch_edge_dtype_check_from_meta(original):
+    """Pattern: the edge verifier's dtype check (``_check_tensor_args_matching_op_allowed_dtype``) runs on every
+    verification of an edge program, 34 times while lowering a tiny Llama, and each time re-executes the whole
+    graph on fake tensors (an ``fx.Interpreter``) only to learn the dtypes of each edge op's tensor arguments.
+    Every node already records its value in ``node.meta["val"]`` (the validator itself reads the outputs from
+    there): 1.2 of 10.7 s of a Llama export, 3.7 of 28 s of a T5.
+
+    This hands ExecuTorch's own validator (``EdgeOpArgValidator``, same dtype rules) each node's arguments as
+    their recorded values instead of running the ops. A graph with a delegate call passes unchecked, as it does
+    unpatched (the interpreter stops at the first higher-order op and the check returns); a node whose arguments
+    lack a recorded value, or any violation found, goes to the original check, so its verdict and its error
+    message are ExecuTorch's. Not an upstream bug: a cost of the verifier's design
+    (executorch/exir/verification/verifier.py), worth an upstream proposal.
+    """
+    from executorch.exir.verification.arg_validator import EdgeOpArgValidator
+    from torch._ops import HigherOrderOperator
+
+    class RecordedArgValidator(EdgeOpArgValidator, _NoRun):
+        pass
+
+    def check(gm: torch.fx.GraphModule) -> None:
+        calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+        if any(isinstance(n.target, HigherOrderOperator) for n in calls):
+            return None
+        missing = object()
+
+        def recorded(node: torch.fx.Node):
+            if node.op == "get_attr":
+                return getattr(gm, node.target, missing) if "." not in node.target else missing
+            return node.meta.get("val", missing)
+
+        validator = RecordedArgValidator(gm)
+        for node in calls:
+            args, kwargs = torch.fx.map_arg((node.args, node.kwargs), recorded)
+            if "val" not in node.meta or any(a is missing for a in torch.utils._pytree.tree_leaves((args, kwargs))):
+                return original(gm)
+            validator.node = node
+            validator.call_function(node.target, args, kwargs)
+        if validator.violating_ops:
+            return original(gm)
+        return None
+
+    return check
+
+
+def _operator_pass_classes() -> dict[type, bool]:
+    """The edge passes that rewrite one operator call at a time (they override ``call_operator`` only; ScalarToTensor's
+    ``call`` just resets a flag), mapped to whether they re-enter ``self.call_operator`` for an op they add.
+    Read from their sources in ExecuTorch 1.4 (executorch/exir/passes/; the same in 1.5)."""
+    from executorch.exir.passes import (NormalizeTransposePass, ReplaceBrokenOpsWithFunctionalOpsPass, ScalarToTensorPass,
+                                        SymToTensorPass)
+    from executorch.exir.passes.memory_format_ops_pass import MemoryFormatOpsPass
+    from executorch.exir.passes.remove_mixed_type_operators import RemoveMixedTypeOperators
+    from executorch.exir.passes.replace_aten_with_edge_pass import OpReplacePass
+
+    return {NormalizeTransposePass: False, ReplaceBrokenOpsWithFunctionalOpsPass: False, ScalarToTensorPass: False,
+            SymToTensorPass: True, RemoveMixedTypeOperators: True, OpReplacePass: False, MemoryFormatOpsPass: False}
+
+
+def fuse_operator_passes(passes: list, operator_passes: dict[type, bool]) -> list:
+    """Consecutive operator passes become one pass whose ``call_operator`` runs theirs in order (each one's
+    ``super().call_operator`` is the next one's), so the graph is retraced once for the group instead of once per
+    pass. A pass that re-enters ``self.call_operator`` (for an op it adds) starts a group: the ops it adds then
+    go through itself and the later passes, as they would when each pass retraced the graph on its own.
+    A pass left alone keeps its place and its wrapping."""
+    from executorch.exir.pass_base import ExportPass
+
+    groups: list[list[tuple]] = []  # runs of (the pass as given, the pass itself)
+    for given in passes:
+        p = getattr(given, "__wrapped__", given)  # a pass manager's PassResult wrapper (the pass returns one)
+        joins = operator_passes.get(type(p)) is False  # an operator pass that does not re-enter
+        if joins and groups and all(type(q) in operator_passes for _, q in groups[-1]):
+            groups[-1].append((given, p))
+        else:
+            groups.append([(given, p)])
+    return [group[0][0] if len(group) == 1 else
+            type("+".join(type(p).__name__ for _, p in group), (*(type(p) for _, p in group), ExportPass), {})()
+            for group in groups]
+
+
+@register_patch("executorch", "executorch.exir.program._program._generate_edge_program", requires=_EXECUTORCH)
+def _patch_fused_edge_passes(original):
+    """Pattern: ``to_edge`` turns the ATen program into the edge dialect with 13 passes, and 9 of them are
+    ``ExportPass``es that retrace the whole graph on fake tensors with symbolic shapes, 0.25 to 0.45 s each for a
+    tiny Llama. Seven of those only rewrite one operator call at a time (:func:`_operator_pass_classes`).
+
+    This is ExecuTorch 1.4's (and 1.5's, identical) ``_generate_edge_program`` (executorch/exir/program/_program.py) with its pass list
+    put through :func:`fuse_operator_passes`: NormalizeTranspose, ReplaceBrokenOps and ScalarToTensor retrace once
+    together, and RemoveMixedTypeOperators, OpReplace and MemoryFormatOps once together: four retraces fewer. The
+    ``.pte`` bytes are unchanged (``bench/bench_executorch.py --check-identical _patch_fused_edge_passes``).
+    Not an upstream bug: a cost of the pass design, worth an upstream proposal.
+    """
+    from executorch.exir.program import _program as steps
+
+    operator_passes = _operator_pass_classes()
+
+    def generate_edge_program(config, program, core_aten_ops_exception_list=None, preserve_ops=None):
+        program = steps.remove_unused_parameters_pass(program)
+        pre_op_replace_passes, post_op_replace_passes = steps._get_aten_to_edge_passes(config)
+        passes = [steps.RemoveNonCoreAtenOpGraphAssertsPass(), steps.ReplaceViewOpsWithViewCopyOpsPass(),
+                  *pre_op_replace_passes, steps.OpReplacePass()]
+        if not config._skip_dim_order:
+            passes.append(steps.MemoryFormatOpsPass())
+        gm = program.graph_module
+        for p in fuse_operator_passes(passes, operator_passes):
+            result = p(gm)
+            assert result is not None
+            gm = result.graph_module
+        edge_program = steps.ExportedProgram(
+            root=gm,
+            graph=gm.graph,
+            graph_signature=steps._get_updated_graph_signature(program.graph_signature, gm),
+            state_dict=program.state_dict,
+            range_constraints=program.range_constraints,
+            module_call_graph=program.module_call_graph,
+            example_inputs=program.example_inputs,
+            constants=program.constants,
+            verifiers=[steps.EXIREdgeDialectVerifier(edge_compile_config=config, class_only=True,
+                                                      core_aten_ops_exception_list=core_aten_ops_exception_list,
+                                                      preserve_ops=preserve_ops)],
+        )
+        edge_program = steps.lift_constant_tensor_pass(edge_program)
+        edge_program = steps.convert_constant_dim_order_pass.convert_constant_dim_order_pass(edge_program)
+        return steps._transform(edge_program, *post_op_replace_passes)
+
+    return generate_edge_program
+
+
+#: ExportPass hooks through which a pass rewrites nodes *during* its retrace (such a pass always retraces)
+_RETRACE_HOOKS = ("placeholder", "call_operator", "call_sym", "call_cond", "call_while", "call_map", "call_scan",
+                  "call_getitem", "output", "call_submodule", "call_delegate")
+
+
+def _rewrites_before_retracing(pass_class, export_pass_class) -> bool:
+    """An ExportPass whose own ``call`` edits the graph and then retraces it (``super().call(gm)``) only to
+    refresh the nodes' metadata: it overrides ``call`` and none of the hooks that rewrite during the retrace."""
+    return (issubclass(pass_class, export_pass_class) and pass_class.call is not export_pass_class.call
+            and all(getattr(pass_class, h, None) is getattr(export_pass_class, h, None) for h in _RETRACE_HOOKS))
+
+
+def _graph_structure(graph_module: torch.fx.GraphModule) -> list:
+    """Every node with its op, target and arguments (the objects themselves: an edit replaces one of them)."""
+    return [(n, n.op, n.target, n.args, n.kwargs) for n in graph_module.graph.nodes]
+
+
+@register_patch("executorch", "executorch.backends.xnnpack._passes.XNNPACKPassManager.transform", requires=_EXECUTORCH)
+def _patch_xnnpack_idle_retraces(original):
+    """Pattern: XNNPACK's preprocess runs its 17 graph passes on every delegated partition, and nearly every pass
+    ends with ``super().call(graph_module)``: a full retrace of the partition on fake tensors with symbolic
+    shapes, then a new ExportedProgram and its verification, whether or not the pass found anything to rewrite
+    (``ConvertToUpsampleBilinear2d`` on a model without upsampling). A tiny Llama has 25 partitions, so 375
+    retraces, 3.6 of the 11.8 CPU seconds of its whole export, and 15 of the 17 passes change nothing.
+
+    This runs the same passes in the same order, and skips the retrace of a pass that edits the graph before
+    retracing (:func:`_rewrites_before_retracing`) when its edits left every node as it was, reporting the
+    pass as not modifying the program. Passes that rewrite during the retrace always run it. The ``.pte``
+    bytes are unchanged (``bench/bench_executorch.py --check-identical``). Not an upstream bug: a cost of the
+    pass design (executorch/backends/xnnpack/_passes/__init__.py), worth an upstream proposal.
+    """
+    from executorch.backends.xnnpack._passes import XNNPACKPass
+    from executorch.exir.pass_base import ExportPass
+    from executorch.exir.program._program import _transform
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    from engine.patches import swap_attributes
+
+    retrace = ExportPass.call
+    unchanged_since: dict[int, list] = {}  # id(graph module) -> its structure when the running pass started
+
+    def call(export_pass, graph_module):
+        start = unchanged_since.get(id(graph_module))
+        if start is not None and _graph_structure(graph_module) == start:
+            return PassResult(graph_module, False)
+        return retrace(export_pass, graph_module)
+
+    class SkipIdleRetrace:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __call__(self, graph_module):
+            start = _graph_structure(graph_module)
+            unchanged_since[id(graph_module)] = start
+            try:
+                result = self.inner(graph_module)
+            finally:
+                unchanged_since.pop(id(graph_module), None)
+            if result is not None and result.graph_module is graph_module and _graph_structure(graph_module) == start:
+                return PassResult(graph_module, False)
+            return result
+
+    def transform(self):
+        if not all(isinstance(p, type) and issubclass(p, ExportPass) for p in self.passes):
+            return original(self)
+        program = self.exported_program
+        skippable = [_rewrites_before_retracing(p, ExportPass) for p in self.passes]
+        with swap_attributes([(ExportPass, "call", call)]):
+            for pass_class, skip_if_idle in zip(self.passes, skippable):
+                instance = pass_class(program) if issubclass(pass_class, XNNPACKPass) else pass_class()
+                program = _transform(program, SkipIdleRetrace(instance) if skip_if_idle else instance)
+        return program
+
+    return transform
+
+
+@register_patch("executorch", "executorch.exir.lowered_backend_module.legalize_graph", requires=_EXECUTORCH)
+def _patch_partition_legalize_without_child_recompiles(original):
+    """Pattern: ``create_submodule_from_nodes`` fuses each delegated partition into a ``call_module`` node, then
+    re-sorts the whole program with ``legalize_graph(gm)``, which assigns ``gm.graph`` and so recompiles ``gm``
+    and every GraphModule child of it: the partitions fused before, none of which the sort touches. With P
+    partitions that is P * (P - 1) / 2 child recompiles; a tiny HrmText has 218 partitions, and lowering it
+    spent about 25 of its 122 s there. The sort and the parent's recompile run as before; only the children's
+    recompile is skipped, as their graphs and code are unchanged (the ``.pte`` bytes are the same:
+    ``bench/bench_executorch.py --check-identical``).
+    TODO(upstream): no executorch issue found; the partitions could be fused first and the program sorted once.
+    """
+
+    def legalize_graph(gm):
+        gm._recompile_submodules = list  # an instance attribute: recompile() calls it instead of the method
+        try:
+            return original(gm)
+        finally:
+            del gm._recompile_submodules
+
+    return legalize_graph
+
+
+@register_patch("executorch", "executorch.exir.program._program.edge_to_executorch_passes", requires=_EXECUTORCH)
+def _patch_spec_prop_reuses_the_dim_order_retrace(original):
+    """Pattern: ``to_executorch`` runs ``LegalizePortableDimOrderPass``, an ``ExportPass`` that retraces the whole
+    program on fake tensors (inserting a dim-order copy where a portable kernel needs one), and right after it
+    ``SpecPropPass``, whose first step is a plain ``ExportPass()`` retrace "to ensure [metadata] is up to date"
+    before it attaches the tensor specs. The metadata the first retrace just produced is what the second one
+    recomputes. When the two passes are adjacent in the list (ExecuTorch 1.4's and 1.5's ``edge_to_executorch_passes``), they
+    become one ``SpecPropPass`` whose metadata retrace *is* the dim-order pass: one whole-program retrace fewer
+    per export: ``to_executorch`` 1.26 -> 0.92 CPU s for a tiny Llama, 0.79 -> 0.52 s for a tiny ViT (exports of
+    5 to 9 s; ``bench/bench_executorch.py --check-identical _patch_spec_prop_reuses_the_dim_order_retrace --timed
+    executorch.exir.program._program.EdgeProgramManager.to_executorch``, on a loaded machine). The ``.pte`` bytes
+    are unchanged on the 12 test architectures.
+    Not an upstream bug: a cost of the pass design, worth an upstream proposal.
+    """
+    from executorch.exir.passes import spec_prop_pass
+    from executorch.exir.passes.legalize_portable_dim_order_pass import LegalizePortableDimOrderPass
+
+    from engine.patches import swap_attributes
+
+    class LegalizeDimOrderThenSpecProp(spec_prop_pass.SpecPropPass):
+        def __call__(self, graph_module):
+            with swap_attributes([(spec_prop_pass, "ExportPass", LegalizePortableDimOrderPass)]):
+                return super().__call__(graph_module)
+
+    def edge_to_executorch_passes(*args, **kwargs):
+        passes = original(*args, **kwargs)
+        for i, (first, second) in enumerate(zip(passes, passes[1:])):
+            if type(first) is LegalizePortableDimOrderPass and type(second) is spec_prop_pass.SpecPropPass:
+                return [*passes[:i], LegalizeDimOrderThenSpecProp(), *passes[i + 2:]]
+        return passes
+
+    return edge_to_executorch_passes

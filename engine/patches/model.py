@@ -1,0 +1,181 @@
+"""Model patches (scope ``"dynamo"``, so every exporter traces with them): model code that torch.export cannot
+trace with dynamic shapes, rewritten to compute the same numbers with shape-generic tensor ops.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import torch
+import torch.nn.functional as F
+
+from engine.patches.registry import register_patch
+
+
+# ── Correctness (this scope has no speed patches) ───────────────────────────────────────────────────────────
+
+#: modules with the same (copied) ``mamba_selective_scan``
+_SELECTIVE_SCAN_MODULES = ("mamba", "falcon_mamba", "jamba", "zamba")
+
+
+def closed_form_selective_scan(
+    hidden_states: torch.Tensor,  # [batch, intermediate, seq]
+    dt: torch.Tensor,  # [batch, intermediate, seq]
+    A: torch.Tensor,  # [intermediate, state]
+    B: torch.Tensor,  # [batch, state, seq]
+    C: torch.Tensor,  # [batch, state, seq]
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    delta_bias: torch.Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    **_,
+):
+    """The selective scan ``h_t = exp(A dt_t) h_(t-1) + dt_t B_t x_t``, ``y_t = C_t h_t`` without a loop.
+
+    ``h_t = sum_(s<=t) exp(L_t - L_s) dt_s B_s x_s`` with ``L = cumsum(A dt)``: the decay between two steps is
+    one masked ``exp`` of a difference of cumulative sums (never above 1, since ``A dt <= 0``), so the result is
+    stable and the sequence length stays symbolic. Memory is O(seq^2) per channel, which export-sized inputs
+    afford.
+    """
+    input_dtype = hidden_states.dtype
+    if delta_bias is not None:
+        dt = dt + delta_bias.to(dt.dtype)[..., None]
+    if delta_softplus:
+        dt = F.softplus(dt)
+    B, C = B.transpose(1, 2).float(), C.transpose(1, 2).float()  # [batch, seq, state]
+    log_decay = A[None, :, None, :] * dt[:, :, :, None]  # [batch, inter, seq, state]
+    cumulative = log_decay.cumsum(dim=2)
+    seq = hidden_states.shape[-1]
+    causal = torch.ones(seq, seq, dtype=torch.bool, device=hidden_states.device).tril()  # [t, s]: s <= t
+    between = cumulative[:, :, :, None, :] - cumulative[:, :, None, :, :]  # [batch, inter, t, s, state]
+    decay = torch.exp(between.masked_fill(~causal[None, None, :, :, None], float("-inf")))
+    inputs = dt[:, :, :, None] * B[:, None, :, :] * hidden_states[:, :, :, None].float()  # [batch, inter, s, state]
+    states = (decay * inputs[:, :, None, :, :]).sum(dim=3)  # [batch, inter, t, state]
+    scan_output = (states.to(input_dtype) * C[:, None, :, :].to(input_dtype)).sum(dim=-1)  # [batch, inter, seq]
+    if D is not None:
+        scan_output = scan_output + hidden_states * D[None, :, None]
+    if z is not None:
+        scan_output = scan_output * F.silu(z)
+    if return_last_state:
+        return scan_output, states[:, :, -1]
+    return scan_output
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.mamba_selective_scan" for m in _SELECTIVE_SCAN_MODULES))
+def _patch_selective_scan_loop(original):
+    """Pattern: ``mamba_selective_scan``'s torch path runs ``for index in range(seq_len)`` under export (its
+    associative scan is disabled while exporting), so torch.export unrolls the loop and pins the sequence length
+    to the traced one (``Eq(seq, 8)``: the program then rejects every other prompt length). Replaced by the
+    closed-form scan above. No upstream issue found; TODO (transformers): a loop-free scan for the export path.
+    """
+    return closed_form_selective_scan
+
+
+@register_patch("dynamo", "transformers.models.llava.modeling_llava.list", requires={"transformers": "<5.24"})
+@register_patch("generation", "transformers.models.llava.modeling_llava.list", requires={"transformers": "<5.24"})
+def _patch_list_of_stacked_features_as_one_tensor(original):
+    """Pattern: ``LlavaModel.get_image_features`` ends with ``list(image_features)``, splitting the projected
+    features into one tensor per image; iterating a tensor pins its first dim, so the exported program accepts
+    only the traced number of images. Its only consumer concatenates the list again (``torch.cat(..., dim=0)``),
+    so within that module ``list`` of a tensor returns the one already-concatenated tensor instead. Active while
+    generation steps are captured too, so that the captured feature structure is the exported one. No upstream
+    issue found; TODO (transformers): return the features unsplit when ``image_sizes`` is None.
+
+    Transformers < 5.24 only: from 5.24 the per-image list is also an output of the model
+    (``image_outputs.pooler_output``), so returning one tensor would change what the model returns; the output
+    structure itself then holds one tensor per image.
+    """
+
+    def list_(value=(), /):
+        if isinstance(value, torch.Tensor) and value.ndim >= 2:
+            return [value.flatten(0, 1)]
+        return original(value)
+
+    return list_
+
+
+#: modules whose chunked gated delta rule solves its UT system with ``solve_triangular`` in eager and by an
+#: unrolled forward substitution when ``is_torchdynamo_exporting()``
+_GATED_DELTA_MODULES = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid", "qwen4_exp")
+
+
+def unit_lower_triangular_inverse(matrix: torch.Tensor) -> torch.Tensor:
+    """``(I + L)^-1`` for ``L`` the strictly lower part of ``matrix`` (its diagonal is taken as ones).
+
+    ``L`` is nilpotent (``L^n = 0`` for an n x n matrix), so the inverse is the finite series
+    ``sum_k (-L)^k = (I - L)(I + L^2)(I + L^4)...``: ``ceil(log2 n)`` products of squares, a dozen matmuls where
+    forward substitution takes n - 1 dependent steps. A symbolic side (a chunk size torch.export could not
+    simplify, ``(s + pad) // ((s + pad) // 64)``) is checked equal to its traced value, as broadcasting it
+    against a ``torch.eye(64)`` would.
+    """
+    n = matrix.shape[-1]
+    if not isinstance(n, int):
+        from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+        size = optimization_hint(n)
+        torch._check(n == size, lambda: f"a unit triangular system of side {n} was traced at side {size}")
+        n = size
+    eye = torch.eye(n, dtype=matrix.dtype, device=matrix.device)
+    power = -matrix.tril(-1)
+    inverse = eye + power
+    for _ in range(max(0, math.ceil(math.log2(n)) - 1)):
+        power = power @ power
+        inverse = inverse + inverse @ power
+    return inverse
+
+
+@register_patch("dynamo", "torch.linalg.solve_triangular")
+def _patch_unit_triangular_solve(original):
+    """Pattern: ``torch.linalg.solve_triangular(A, B, upper=False, unitriangular=True)`` (gated delta rule
+    models, see below) traces to ``aten.linalg_solve_triangular``, which neither torch.onnx nor ExecuTorch
+    lowers. That case becomes ``unit_lower_triangular_inverse(A) @ B``; every other call goes to torch.
+    Not an upstream bug: the ops are missing by design. No upstream issue applies.
+    """
+
+    def solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
+        if unitriangular and not upper and left and out is None:
+            return unit_lower_triangular_inverse(A) @ B
+        return original(A, B, upper=upper, left=left, unitriangular=unitriangular, out=out)
+
+    return solve_triangular
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.is_torchdynamo_exporting" for m in _GATED_DELTA_MODULES))
+def _patch_gated_delta_forward_substitution(original):
+    """Pattern: ``torch_chunk_gated_delta_rule`` (Qwen3-Next, Qwen3.5, OLMo-Hybrid, ...) switches on
+    ``is_torchdynamo_exporting()`` from ``solve_triangular`` to ``for i in range(1, chunk_size)``: a forward
+    substitution of 63 dependent in-place row updates per layer, traced on symbolic shapes. That loop was 1,100
+    of the 1,357 nodes of a 2-layer Qwen3-Next and nearly all of its 26 s export. In these modules the flag
+    guards only that branch, so it reads False and the solve goes through ``_patch_unit_triangular_solve``
+    (log2(64) = 6 products instead). ``test_gated_delta_modules_use_the_export_flag_only_for_the_solve`` fails
+    if a module starts using the flag for anything else. No upstream issue found; TODO (transformers): a
+    loop-free UT solve on the export path.
+    """
+    return lambda: False
+
+
+@register_patch("dynamo", "transformers.models.prophetnet.modeling_prophetnet.ProphetNetPositionalEmbeddings.forward")
+def _patch_int_of_a_cached_position(original):
+    """Pattern: a cached step's position computed as ``int(padding_idx + cache length + query length)``
+    (``ProphetNetPositionalEmbeddings.forward``): ``int()`` of the symbolic cache length pins it to the traced one,
+    so the exported decode step accepts a single cache length. The same position as a tensor expression keeps it
+    symbolic; steps without a cache go to the original. Not an upstream bug report: the cast was added for the
+    legacy ONNX exporter (its comment says so)."""
+
+    signature = inspect.signature(original)  # the cache argument is `cache` from transformers 5.24 (deprecate_kwarg)
+
+    def forward(self, *args, **kwargs):
+        try:
+            given = signature.bind(self, *args, **kwargs).arguments
+        except TypeError:  # a name only the deprecation shim knows: the original sorts it out
+            return original(self, *args, **kwargs)
+        cache = given.get("cache", given.get("past_key_values"))
+        if given.get("position_ids") is None and cache is not None and cache.get_seq_length() != 0:
+            position = self.padding_idx + given["inputs_shape"][1] + cache.get_seq_length()
+            position_ids = torch.ones((1, 1), dtype=torch.long, device=given["device"]) * position
+            return self._forward(position_ids), position_ids
+        return original(self, *args, **kwargs)
+
+    return forward

@@ -1,0 +1,226 @@
+"""The difference between two sweeps (e.g. before and after a pin moves): ``compare.md`` and ``compare.html``.
+
+Cases are matched by case id (``Model-backend-shapes``), one row per case (the latest). A *regression* is a
+case that passed before and now ends in fail, discrepancy, timeout or crash; a *fix* is the reverse (any
+non-passing status before, pass now). Other status changes and changed failure causes are listed apart, as are
+model classes that appear or disappear, cases whose wall time moved beyond a relative threshold (and an
+absolute floor, so that noise on fast cases stays out), and packages whose installed version moved.
+
+A case of the old run that the new run lacks is *missing*, and counts like a regression, unless the new run is a
+*subset*: declared (``subset=True``, ``--subset``) or recorded by its rows (a sweep of some classes only, e.g.
+``--models=BertModel``: its rows carry ``selection``). A subset comparison compares the common cases and says in one
+line how many cases of the old run were not run. ``export-sweep compare`` exits non-zero on a regression or a
+missing case, for CI gating. The Markdown lists at most :data:`MARKDOWN_ROWS` rows per section, for a PR comment;
+``compare.html`` and ``compare.json`` hold everything.
+
+Named ``diff`` (the CLI subcommand stays ``compare``) so that it does not read as :mod:`engine.compare`, which
+compares a case's output leaves.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweep.categories import categorize, first_line
+from sweep.matrix import NOT_PASSING, _md
+from sweep.results import case_id, dumps_strict, latest_rows
+
+MARKDOWN_ROWS = 25  # rows per section in compare.md (a PR comment); compare.html has them all
+
+
+@dataclass
+class Change:
+    case: str
+    model: str
+    old: str | None
+    new: str | None
+    stage: str | None = None
+    category: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class TimeChange:
+    case: str
+    old_seconds: float
+    new_seconds: float
+
+    @property
+    def ratio(self) -> float:
+        return self.new_seconds / self.old_seconds if self.old_seconds else float("inf")
+
+
+@dataclass
+class Comparison:
+    old_label: str
+    new_label: str
+    old_cases: int
+    new_cases: int
+    regressions: list[Change] = field(default_factory=list)
+    fixes: list[Change] = field(default_factory=list)
+    changed: list[Change] = field(default_factory=list)  # other status changes, and new causes of a failure
+    new_classes: list[str] = field(default_factory=list)
+    gone_classes: list[str] = field(default_factory=list)
+    new_cases_list: list[str] = field(default_factory=list)  # cases of classes present in both runs
+    gone_cases_list: list[str] = field(default_factory=list)
+    time_changes: list[TimeChange] = field(default_factory=list)
+    versions: list[dict[str, Any]] = field(default_factory=list)  # packages whose installed version moved
+    time_threshold: float = 0.5
+    min_seconds: float = 5.0
+    subset: bool = False  # only the cases both runs have were compared
+    not_run: int = 0  # subset: cases of the old run the new one did not run
+    missing: list[str] = field(default_factory=list)  # not a subset: old cases the new run lacks
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regressions or self.missing else 0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["exit_code"] = self.exit_code
+        return data
+
+
+def _seconds(row: dict[str, Any]) -> float | None:
+    if row.get("wall_seconds") is not None:
+        return float(row["wall_seconds"])
+    if row.get("seconds"):
+        return float(sum(row["seconds"].values()))
+    return None
+
+
+def _versions(rows: list[dict[str, Any]]) -> dict[str, str]:
+    seen: dict[str, set] = {}
+    for row in rows:
+        for name, version in (row.get("versions") or {}).items():
+            seen.setdefault(name, set()).add(str(version))
+    return {name: ", ".join(sorted(v)) for name, v in seen.items()}
+
+
+def _change(cid: str, old: dict | None, new: dict) -> Change:
+    return Change(cid, new["model"], old["status"] if old else None, new["status"], new.get("stage"),
+                  categorize(new), (first_line(new.get("error")) or "")[:300] or None)
+
+
+def is_partial_run(rows: list[dict]) -> bool:
+    """Whether the rows come from a sweep of some classes only (``--models`` other than ``all``)."""
+    return any(r.get("selection") not in (None, "all") for r in rows)
+
+
+def compare_runs(old_rows: list[dict], new_rows: list[dict], *, old_label: str = "old", new_label: str = "new",
+                 time_threshold: float = 0.5, min_seconds: float = 5.0, subset: bool | None = None) -> Comparison:
+    """Compare two runs' rows. Time changes: ``|new - old| >= min_seconds`` and a ratio beyond ``1 + time_threshold``.
+
+    ``subset``: compare only the common cases (``None``: when the new rows say they are a partial run)."""
+    old = {case_id(r): r for r in latest_rows(old_rows)}
+    new = {case_id(r): r for r in latest_rows(new_rows)}
+    if subset is None:
+        subset = is_partial_run(list(new.values()))
+    result = Comparison(old_label, new_label, len(old), len(new), time_threshold=time_threshold,
+                        min_seconds=min_seconds, subset=subset)
+    old_models = {r["model"] for r in old.values()}
+    new_models = {r["model"] for r in new.values()}
+    result.new_classes = sorted(new_models - old_models)
+    gone = sorted(old.keys() - new.keys())
+    if subset:
+        result.not_run = len(gone)
+    else:
+        result.gone_classes = sorted(old_models - new_models)
+        result.missing = gone
+    result.new_cases_list = sorted(c for c in new.keys() - old.keys() if new[c]["model"] in old_models)
+    result.gone_cases_list = [] if subset else sorted(c for c in gone if old[c]["model"] in new_models)
+    for cid in sorted(old.keys() & new.keys()):
+        before, after = old[cid], new[cid]
+        if before["status"] == "pass" and after["status"] in NOT_PASSING:
+            result.regressions.append(_change(cid, before, after))
+        elif before["status"] != "pass" and after["status"] == "pass":
+            result.fixes.append(_change(cid, before, after))
+        elif before["status"] != after["status"] or categorize(before) != categorize(after):
+            result.changed.append(_change(cid, before, after))
+        t0, t1 = _seconds(before), _seconds(after)
+        if t0 is not None and t1 is not None and abs(t1 - t0) >= min_seconds:
+            ratio = t1 / t0 if t0 > 0 else float("inf")
+            if ratio >= 1 + time_threshold or ratio <= 1 / (1 + time_threshold):
+                result.time_changes.append(TimeChange(cid, t0, t1))
+    result.time_changes.sort(key=lambda t: -abs(t.new_seconds - t.old_seconds))
+    v0, v1 = _versions(list(old.values())), _versions(list(new.values()))
+    result.versions = [{"package": p, "old": v0.get(p), "new": v1.get(p)}
+                       for p in sorted(v0.keys() | v1.keys()) if v0.get(p) != v1.get(p)]
+    return result
+
+
+# ─── Rendering ───────────────────────────────────────────────────────────────────────────────────
+
+def headline(c: Comparison) -> str:
+    text = (f"{len(c.regressions)} regressions, {len(c.missing)} missing cases, {len(c.fixes)} fixes, "
+            f"{len(c.changed)} other changes, {len(c.new_classes)} new classes, {len(c.gone_classes)} gone classes, "
+            f"{len(c.time_changes)} time changes")
+    if c.subset:
+        text += f"; subset: {c.not_run} cases of the old run were not run"
+    return text
+
+
+def _sections(c: Comparison) -> list[tuple[str, list[str], list[list[Any]]]]:
+    """(title, headers, rows) of every non-empty section, shared by the Markdown and the HTML."""
+    change_headers = ["case", "before", "now", "stage", "category", "error"]
+
+    def change_rows(changes):
+        return [[x.case, x.old, x.new, x.stage or "", x.category or "", x.error or ""] for x in changes]
+
+    pct = f"±{c.time_threshold:.0%} and ≥ {c.min_seconds:g} s"
+    sections = [
+        ("Versions that moved", ["package", "before", "now"], [[v["package"], v["old"] or "–", v["new"] or "–"] for v in c.versions]),
+        ("Regressions (pass → not passing)", change_headers, change_rows(c.regressions)),
+        ("Missing cases (in the old run, not in the new one)", ["case"], [[x] for x in c.missing]),
+        ("Fixes (now passing)", change_headers, change_rows(c.fixes)),
+        ("Other changes (status or cause)", change_headers, change_rows(c.changed)),
+        ("New classes", ["model class"], [[m] for m in c.new_classes]),
+        ("Gone classes", ["model class"], [[m] for m in c.gone_classes]),
+        ("New cases of existing classes", ["case"], [[x] for x in c.new_cases_list]),
+        ("Gone cases of remaining classes", ["case"], [[x] for x in c.gone_cases_list]),
+        (f"Time changes (beyond {pct})", ["case", "before s", "now s", "change"],
+         [[t.case, f"{t.old_seconds:.1f}", f"{t.new_seconds:.1f}", f"×{t.ratio:.2f}"] for t in c.time_changes]),
+    ]
+    return [s for s in sections if s[2]]
+
+
+def to_markdown(c: Comparison) -> str:
+    verdict = ("❌ **regressions**" if c.regressions else "❌ **missing cases**") if c.exit_code else "✅ no regressions"
+    lines = ["# export-sweep compare", "", f"`{c.old_label}` ({c.old_cases} cases) → `{c.new_label}` ({c.new_cases} cases)",
+             "", f"{verdict}: {headline(c)}."]
+    for title, headers, rows in _sections(c):
+        lines += ["", f"## {title} ({len(rows)})", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        for row in rows[:MARKDOWN_ROWS]:
+            lines.append("| " + " | ".join(_md(x) for x in row) + " |")
+        if len(rows) > MARKDOWN_ROWS:
+            lines += ["", f"… and {len(rows) - MARKDOWN_ROWS} more (compare.html, compare.json)."]
+    return "\n".join(lines) + "\n"
+
+
+def to_html(c: Comparison) -> str:
+    from sweep.html import static_page
+
+    esc = html.escape
+    verdict = ('<div class="banner drift" id="verdict">' + ("regressions: " if c.regressions else "missing cases: ")
+               if c.exit_code else '<div class="banner ok" id="verdict">no regressions: ')
+    body = [f"<p><code>{esc(c.old_label)}</code> ({c.old_cases} cases) → <code>{esc(c.new_label)}</code> "
+            f"({c.new_cases} cases)</p>", f"{verdict}{esc(headline(c))}</div>"]
+    for title, headers, rows in _sections(c):
+        klass = ' class="regressions"' if title.startswith("Regressions") else ""
+        body.append(f"<h2>{esc(title)} ({len(rows)})</h2><table{klass}><tr>"
+                    + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>")
+        body += ["<tr>" + "".join(f"<td>{esc(str(x))}</td>" for x in row) + "</tr>" for row in rows]
+        body.append("</table>")
+    return static_page("export-sweep compare", "\n".join(body), "table.regressions td{background:#ffebe9}")
+
+
+def write_comparison(c: Comparison, directory: Path) -> dict[str, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {"md": directory / "compare.md", "html": directory / "compare.html", "json": directory / "compare.json"}
+    paths["md"].write_text(to_markdown(c))
+    paths["html"].write_text(to_html(c))
+    paths["json"].write_text(dumps_strict(c.to_json(), indent=1, sort_keys=True))
+    return paths

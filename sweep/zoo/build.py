@@ -1,0 +1,294 @@
+"""The zoo's public entry: a tiny random model of any catalogued class, with sample inputs, or a named reason.
+
+``build_case(name, seed=0)`` climbs the shrink ladder (:data:`sweep.zoo.profiles.PROFILES`): for each profile it
+shrinks the config, builds the model, synthesises inputs and runs one eager forward; the first profile that
+runs (and fits the parameter budget when one does) wins. When none runs, :class:`ZooError` carries the category
+of the furthest stage any profile reached: ``config_error`` < ``init_error`` < ``forward_error``, or
+``missing_dependency`` with the package named.
+
+Bring your own model: ``build_case(name, config=...)`` takes a ``PreTrainedConfig``, a ``config.json`` path or a
+model folder in place of the synthesised config (a folder with weights is loaded with its weights).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sweep.zoo import catalog, inputs, lessons, noise, overrides, repairs
+from sweep.zoo.context import Hints, forward_parameters
+from sweep.zoo.errors import CONFIG_ERROR, FORWARD_ERROR, INIT_ERROR, STAGE_ORDER, ZooError, as_missing_dependency
+from sweep.zoo.profiles import BUDGET_PROFILES, PROFILES, Profile
+from sweep.zoo.shrink import shrink_config
+
+logger = logging.getLogger(__name__)
+
+PARAMETER_BUDGET = 5_000_000
+MISMATCH_RETRIES = 5
+INIT_REPAIRS = 8  # config fixes learned from the model's own __init__ errors, one per rebuild
+
+__all__ = ["Case", "ZooError", "build_case", "PARAMETER_BUDGET"]
+
+
+@dataclasses.dataclass
+class Case:
+    """A built model, in eval mode, and inputs its eager forward accepts."""
+
+    name: str
+    model: torch.nn.Module
+    inputs: dict[str, Any]
+    model_type: str
+    mappings: tuple[str, ...]
+    num_parameters: int
+    profile: str
+    seconds: float
+    source: str = "synthesised"  # or "config" / "pretrained" for a contributor's own model
+
+    @property
+    def config(self):
+        return self.model.config
+
+    def summary(self) -> dict[str, Any]:
+        return {"name": self.name, "model_type": self.model_type, "mappings": list(self.mappings),
+                "num_parameters": self.num_parameters, "profile": self.profile, "seconds": round(self.seconds, 3),
+                "source": self.source, "inputs": sorted(self.inputs)}
+
+
+def model_class(name: str) -> type:
+    """The class, from the top-level namespace or, for a class it does not export, its model type's module."""
+    import importlib
+
+    import transformers
+
+    try:
+        return getattr(transformers, name)
+    except ImportError as exc:
+        raise as_missing_dependency(name, exc) from exc
+    except AttributeError:
+        record = catalog.record(name)
+        for model_type in record.all_model_types:
+            module_name = f"transformers.models.{model_type.replace('-', '_')}.modeling_{model_type.replace('-', '_')}"
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue
+            if hasattr(module, name):
+                return getattr(module, name)
+        raise ZooError(name, INIT_ERROR, "transformers does not export this class") from None
+
+
+def build_case(name: str, seed: int = 0, config: Any = None) -> Case:
+    """A tiny random ``name`` model and its inputs; ``config`` brings your own config or model folder."""
+    record = catalog.record(name)
+    cls = model_class(name)
+    start = time.perf_counter()
+    if config is not None:
+        model, source = _own_model(cls, config, seed)
+        case_inputs = _first_running_inputs(model, seed, name)
+        return _case(name, record, model, case_inputs, "own", start, source)
+
+    rules = overrides.for_class(name, record.model_type)
+    failures: list[ZooError] = []
+    over_budget: Case | None = None
+    for profile in _ladder(rules):
+        try:
+            model, case_inputs = _build_and_run(cls, profile, rules, seed, name)
+        except ZooError as exc:
+            if exc.category == "missing_dependency":
+                raise
+            failures.append(exc)
+            continue
+        case = _case(name, record, model, case_inputs, profile.name, start, "synthesised")
+        if case.num_parameters <= PARAMETER_BUDGET or rules.get("over_budget"):
+            return case
+        over_budget = over_budget if over_budget and over_budget.num_parameters <= case.num_parameters else case
+        break
+    if over_budget is not None:
+        return _within_budget(name, record, cls, rules, seed, start, over_budget)
+    raise max(failures, key=lambda e: STAGE_ORDER.index(e.category))
+
+
+def _within_budget(name, record, cls, rules, seed, start, case: Case) -> Case:
+    """Re-shrink harder while over the parameter budget; the smallest case that runs wins."""
+    for profile in BUDGET_PROFILES:
+        try:
+            model, case_inputs = _build_and_run(cls, profile, rules, seed, name)
+        except ZooError:
+            continue
+        smaller = _case(name, record, model, case_inputs, profile.name, start, "synthesised")
+        if smaller.num_parameters < case.num_parameters:
+            case = smaller
+    case.seconds = time.perf_counter() - start
+    return case
+
+
+def _ladder(rules: dict) -> list[Profile]:
+    names = rules.get("profiles")
+    ladder = [p for p in PROFILES if names is None or p.name in names]
+    return ladder
+
+
+def _case(name, record, model, case_inputs, profile, start, source) -> Case:
+    return Case(name=name, model=model, inputs=case_inputs, model_type=record.model_type,
+                mappings=record.mappings, num_parameters=sum(p.numel() for p in model.parameters()),
+                profile=profile, seconds=time.perf_counter() - start, source=source)
+
+
+def _build_and_run(cls: type, profile: Profile, rules: dict, seed: int, name: str):
+    """Build and run once; a forward error naming a default the modeling code assumes rebuilds once with it."""
+    model = _build(cls, profile, rules, seed, name)
+    try:
+        return model, _first_running_inputs(model, seed, name)
+    except ZooError as exc:
+        implicit = None
+        if exc.category == FORWARD_ERROR:
+            for message in [exc.message, *getattr(exc, "all_errors", [])]:
+                implicit = implicit or lessons.implicit_default_from_error(message)
+            implicit = implicit or getattr(exc, "implicit", None)
+        if implicit is None:
+            raise
+    model = _build(cls, profile, rules, seed, name, implicit)
+    return model, _first_running_inputs(model, seed, name)
+
+
+def _build(cls: type, profile: Profile, rules: dict, seed: int, name: str,
+           implicit: dict | None = None) -> torch.nn.Module:
+    """Shrink and build; an ``__init__`` error that names what the default lacks rebuilds with it
+    (:func:`sweep.zoo.lessons.learn_from_init_error`)."""
+    learned: dict = {}
+    for attempt in range(INIT_REPAIRS + 1):
+        config_overrides = repairs.merge(rules.get("config") or {}, learned)
+        try:
+            config = shrink_config(cls.config_class, profile, config_overrides or None, implicit_defaults=implicit)
+        except ImportError as exc:
+            raise as_missing_dependency(name, exc) from exc
+        except Exception as exc:  # noqa: BLE001 - any failure of the config class's own validation is the reason
+            raise ZooError(name, CONFIG_ERROR, f"[{profile.name}] {type(exc).__name__}: {exc}") from exc
+        try:
+            torch.manual_seed(seed)
+            with _init_warnings() as warned:
+                model = cls(config)
+        except ImportError as exc:
+            raise as_missing_dependency(name, exc) from exc
+        except Exception as exc:  # noqa: BLE001
+            fix = lessons.learn_from_init_error(exc, config, profile) if attempt < INIT_REPAIRS else None
+            if _teaches(learned, fix):
+                learned = repairs.merge(learned, fix)
+                continue
+            raise ZooError(name, INIT_ERROR, f"[{profile.name}] {type(exc).__name__}: {exc}") from exc
+        # the class built but warned that it needs a flag: build it again with the flag
+        fix = next(filter(None, (lessons.required_flag(message, config) for message in warned)), None)
+        if attempt < INIT_REPAIRS and _teaches(learned, fix):
+            learned = repairs.merge(learned, fix)
+            continue
+        return model.eval()
+    raise AssertionError("unreachable")
+
+
+def _teaches(learned: dict, fix: dict | None) -> bool:
+    """Whether ``fix`` adds something to the overrides ``learned`` so far (a rebuild would differ)."""
+    return bool(fix) and repairs.merge(learned, fix) != learned
+
+
+@contextlib.contextmanager
+def _init_warnings():
+    """The messages transformers logs at WARNING while a model is built (a head class names a flag it needs)."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler = Collect(logging.WARNING)
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    disabled = logging.root.manager.disable
+    logger.addHandler(handler)
+    # neither TRANSFORMERS_VERBOSITY=error nor logging.disable() may change the models the zoo builds
+    if level > logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    if disabled >= logging.WARNING:
+        logging.disable(logging.INFO)
+    try:
+        yield messages
+    finally:
+        logging.disable(disabled)
+        logger.setLevel(level)
+        logger.removeHandler(handler)
+
+
+def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[str, Any]:
+    """The first candidate inputs whose eager forward runs; the model's own errors refine the next round.
+
+    Every candidate of a round is tried before the first lesson learned from their errors is applied, so a new
+    lesson never hides a layout that already runs.
+    """
+    hints = Hints()
+    errors: list[str] = []
+    implicit: dict | None = None  # a config value the model's own errors asked for (rebuilt once with it)
+    for _ in range(MISMATCH_RETRIES + 1):
+        refined: Hints | None = None
+        for candidate in inputs.candidate_inputs(model, seed, hints):
+            try:
+                if "noise" in forward_parameters(model) and "noise" not in candidate:
+                    return _with_caller_noise(model, candidate, seed)
+                with torch.no_grad():
+                    model(**candidate)
+                return candidate
+            except ImportError as exc:
+                raise as_missing_dependency(name, exc) from exc
+            except Exception as exc:  # noqa: BLE001 - the first error is reported if no candidate runs
+                errors.append(f"{type(exc).__name__}: {exc}")
+                implicit = implicit or lessons.config_lesson(exc, candidate)
+                if refined is None:
+                    trial = copy.deepcopy(hints)
+                    if lessons.refine_hints(trial, exc, candidate, model):
+                        refined = trial
+                del exc
+        if refined is None:
+            break
+        hints = refined
+    error = ZooError(name, FORWARD_ERROR, errors[0] if errors else "no inputs synthesised")
+    error.all_errors = errors  # every candidate's error: a later layout may name an implicit default
+    error.implicit = implicit
+    raise error
+
+
+def _with_caller_noise(model: torch.nn.Module, candidate: dict[str, Any], seed: int) -> dict[str, Any]:
+    """``candidate`` (whose forward must run) plus the ``noise`` its forward would otherwise draw itself, when it
+    drew exactly one tensor and draws nothing once given it (:mod:`sweep.zoo.noise`)."""
+    value = noise.noise_for(noise.run_recording_draws(model, candidate), seed)
+    if value is None:
+        return candidate
+    given = {**candidate, "noise": value}
+    try:
+        still_drawn = noise.run_recording_draws(model, given)
+    except Exception as exc:  # noqa: BLE001 - the forward rejects it: compare as it was
+        logger.debug("%s: the forward rejects noise of shape %s: %s", type(model).__name__, tuple(value.shape), exc)
+        return candidate
+    return candidate if still_drawn else given
+
+
+# -- bring your own model -------------------------------------------------------------------------------------
+
+
+def _own_model(cls: type, config: Any, seed: int) -> tuple[torch.nn.Module, str]:
+    from transformers import AutoConfig, PreTrainedConfig
+
+    torch.manual_seed(seed)
+    if isinstance(config, PreTrainedConfig):
+        return cls(config).eval(), "config"
+    path = Path(os.fspath(config))
+    folder = path if path.is_dir() else path.parent
+    if path.is_dir() and any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin")):
+        return cls.from_pretrained(folder, local_files_only=True).eval(), "pretrained"
+    own = AutoConfig.from_pretrained(folder if path.is_dir() else path, local_files_only=True)
+    return cls(own).eval(), "config"

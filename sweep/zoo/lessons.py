@@ -1,0 +1,614 @@
+"""Every lesson the zoo learns from an error message: the pattern it recognises, and the fix it turns into.
+
+Four kinds of error teach something; each function returns None (or False) when the message teaches nothing, and
+the caller then reports the error as it is:
+
+- **Config validation** (the config class rejects the shrunk tree): :func:`repair_config` edits the raw tree: an
+  equality ("`a` (1024) must equal `b` (32)"), layer indices that must index the remaining layers, a field the
+  validator pins to one value. Called by :func:`sweep.zoo.shrink.build_with_repairs`.
+- **Model ``__init__``**: :func:`learn_from_init_error` returns nested config overrides: an undeclared attribute, a
+  None field the code reads, a flag the class needs (:func:`required_flag`, also read from the warning a head class
+  logs), head counts that must divide a width. Applied by :mod:`sweep.zoo.build` on rebuild.
+- **Forward, about the config**: a value the modeling code assumes when the config leaves it out,
+  :func:`implicit_default_from_error` (from the message) and :func:`config_lesson` (an embedding handed ids the model
+  made itself), passed to :func:`sweep.zoo.shrink.shrink_config` as implicit defaults.
+- **Forward, about the inputs**: :func:`refine_hints` updates the :class:`~sweep.zoo.context.Hints` the next round
+  of candidate inputs is built from.
+
+Values a fix fills in come from :mod:`sweep.zoo.repairs`; the frames a lesson reads, from :mod:`sweep.zoo.frames`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import linecache
+import math
+import re
+from typing import Any
+
+import torch
+from transformers import PreTrainedConfig
+
+from sweep.zoo import repairs
+from sweep.zoo.config_tree import Node
+from sweep.zoo.context import BATCH, SEQ, WAVEFORM, Context, Hints, forward_parameters, skipped
+from sweep.zoo.fallback import can_make
+from sweep.zoo.fields import HEAD_COUNTS, proportional
+from sweep.zoo.frames import (culprit, failing_statements, features_per_row, model_frames, raised_in_cache,
+                              statement_modality)
+from sweep.zoo.profiles import Profile
+
+# -- config validation: repairs of the raw tree ---------------------------------------------------------------
+# "`vision_config.out_hidden_size` (1024) must equal `text_config.hidden_size` (32)": the first field takes the
+# value of the second.
+_EQUALITY = re.compile(
+    r"`?([\w.]+)`?\s*\((\d+)\)\s*(?:must|should)\s*(?:be\s*)?(?:equal|match)(?:\s*to)?\s*(?:the\s*)?"
+    r"(?:[\w ]*?)`?([\w.\[\]]+)(?:\s*(?://|\*|\+|-)\s*\d+)?`?\s*(?:\(|=\s*)(\d+)")
+
+
+def repair_config(root: Node, message: str) -> bool:
+    """Edit the raw tree as the config's own validation ``message`` asks; True when something changed."""
+    return (_repair_equality(root, message) or _repair_layer_index(root, message)
+            or _repair_required_value(root, message))
+
+
+def _repair_equality(root: Node, message: str) -> bool:
+    found = _EQUALITY.search(message)
+    if not found:
+        return False
+    path, value = found.group(1), int(found.group(4))
+    node, key = _resolve(root, path)
+    if node is None or node.args.get(key) == value:
+        return False
+    node.args[key] = value
+    return True
+
+
+def _resolve(root: Node, path: str) -> tuple[Node | None, str]:
+    parts = path.split(".")
+    node = root
+    for part in parts[:-1]:
+        node = node.children.get(part)
+        if node is None:
+            return None, parts[-1]
+    if parts[-1] not in node.args and parts[-1] not in node.fields:
+        return None, parts[-1]
+    return node, parts[-1]
+
+
+# "`adapter_config.vision_feature_layer` [24, 18] must index the 2 layers of `vision_config`": the indices move
+# onto the remaining layers, in order (a layer-index field in a config that has no layer count of its own).
+_LAYER_INDEX = re.compile(r"`([\w.]+)`\s*\[([-\d, ]+)\]\s*must index the (\d+) layers")
+
+
+def _repair_layer_index(root: Node, message: str) -> bool:
+    found = _LAYER_INDEX.search(message)
+    if not found:
+        return False
+    node, key = _resolve(root, found.group(1))
+    layers = int(found.group(3))
+    values = [int(v) for v in found.group(2).split(",")]
+    if node is None or layers <= 0:
+        return False
+    order = sorted(set(values))
+    mapping = {old: max(0, layers - len(order) + i) for i, old in enumerate(order)}
+    new = [mapping[v] if v >= 0 else max(v, -layers) for v in values]
+    if node.args.get(key) == new:
+        return False
+    node.args[key] = new
+    return True
+
+
+# "hidden_size_per_layer_input must be 0, got 256" (Gemma 4 assistant): a field the validator pins to one value,
+# named without its sub-config, takes it wherever the tree holds the value it got.
+_REQUIRED_VALUE = re.compile(r"\b(\w+) must be (-?\d+|True|False|None), got (-?\d+|True|False|None)\b")
+
+
+def _literal(text: str) -> Any:
+    return {"True": True, "False": False, "None": None}.get(text, int(text) if text.lstrip("-").isdigit() else text)
+
+
+def _repair_required_value(root: Node, message: str) -> bool:
+    found = _REQUIRED_VALUE.search(message)
+    if not found:
+        return False
+    key, wanted, got = found.group(1), _literal(found.group(2)), _literal(found.group(3))
+    changed = False
+    for node in root.walk():
+        if key in node.args and node.args[key] == got and node.args[key] is not wanted:
+            node.args[key] = wanted
+            changed = True
+    return changed
+
+
+# -- model __init__: config overrides -------------------------------------------------------------------------
+
+_FLAG = re.compile(r"`(\w+)\s*=\s*(True|False)\.?`")
+_ENCODER_ONLY = re.compile(r"encoder-only", re.IGNORECASE)
+_DIVISIBLE = re.compile(r"\((\d+)\) must be divisible by (\w*heads\w*) \((\d+)\)")
+_CONFIG_READ = re.compile(r"\bconfig\.(\w+)")
+_LOCAL_FROM_CONFIG = re.compile(r"^\s*(\w+)\s*=\s*config\.(\w+)\s*$", re.MULTILINE)
+_NONE_ERROR = re.compile(r"NoneType|not subscriptable|has no len")
+
+
+def learn_from_init_error(exc: BaseException, config: PreTrainedConfig, profile: Profile) -> dict | None:
+    """Nested overrides that answer the model's ``__init__`` error, or None when it teaches nothing."""
+    for learn in (lambda: _missing_attribute(exc, config, profile), lambda: _unset_field_read(exc, config, profile),
+                  lambda: required_flag(str(exc), config), lambda: _heads_divide(exc, config)):
+        found = learn()
+        if found:
+            return found
+    return None
+
+
+def _missing_attribute(exc: BaseException, config, profile) -> dict | None:
+    obj = getattr(exc, "obj", None)
+    key = getattr(exc, "name", None)
+    if not isinstance(exc, AttributeError) or not isinstance(obj, PreTrainedConfig) or not key:
+        return None
+    path = repairs.path_of(config, obj)
+    value = repairs.value_for(key, obj, config, profile)
+    if path is None or value is None:
+        return None
+    return repairs.nested(path, key, value)
+
+
+def _unset_field_read(exc: BaseException, config, profile) -> dict | None:
+    """A None field the failing code reads through ``config.<field>`` (innermost frame first)."""
+    if not isinstance(exc, TypeError) or not _NONE_ERROR.search(str(exc)):
+        return None
+    for frame, first, line in failing_statements(exc):
+        obj = frame.f_locals.get("config")
+        if not isinstance(obj, PreTrainedConfig):
+            continue
+        keys = _CONFIG_READ.findall(line)
+        # locals the failing statement reads, assigned from a config field earlier in the function
+        code = frame.f_code
+        body = "".join(linecache.getline(code.co_filename, n) for n in range(code.co_firstlineno, first))
+        for local, key in _LOCAL_FROM_CONFIG.findall(body):
+            if re.search(rf"\b{local}\b", line) and frame.f_locals.get(local, 0) is None:
+                keys.append(key)
+        for key in keys:
+            path = repairs.path_of(config, obj)
+            if path is None or repairs.attr(obj, key) is not None:
+                continue
+            value = repairs.value_by_name(key, obj, profile)
+            if value is not None:
+                return repairs.nested(path, key, value)
+    return None
+
+
+def required_flag(message: str, config) -> dict | None:
+    """``{flag: value}`` when ``message`` asks for a config flag the config lacks ("make sure that `is_decoder=True`",
+    "add `is_decoder=True.`"): from an ``__init__`` error, or from the warning a head class logs when it is built
+    without the flag it needs (``BertLMHeadModel`` and 15 other causal-LM heads of encoder families, which
+    otherwise build an encoder that attends both ways and generate() cannot decode one token at a time)."""
+    found = _FLAG.search(message)
+    if found and hasattr(config, found.group(1)):
+        value = found.group(2) == "True"
+        if getattr(config, found.group(1)) != value:
+            return {found.group(1): value}
+    if _ENCODER_ONLY.search(message) and getattr(config, "is_encoder_decoder", False):
+        return {"is_encoder_decoder": False}
+    return None
+
+
+def _heads_divide(exc: BaseException, config) -> dict | None:
+    found = _DIVISIBLE.search(str(exc))
+    if not found:
+        return None
+    channels, heads = int(found.group(1)), int(found.group(3))
+    new = math.gcd(channels, heads)
+    out: dict = {}
+    for path, obj in repairs.config_paths(config):
+        fields = {f.name for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else set(vars(obj))
+        for key in fields:
+            if (key in HEAD_COUNTS or key.endswith("_heads")) and repairs.attr(obj, key) == heads:
+                out = repairs.merge(out, repairs.nested(path, key, new))
+    return out or None
+
+
+# -- forward, about the config: values the modeling code assumes when the config leaves them out ---------------
+# Qwen-VL style models split the rotary frequencies with `rope_parameters.get("mrope_section", [16, 24, 24])`: a
+# default sized for head_dim 128. The forward error names the sections; they are added and rescaled.
+_SPLIT_SECTIONS = re.compile(r"split_with_sizes expects split_sizes to sum exactly to (\d+) \(input tensor's size at "
+                             r"dimension -1\).*?split_sizes=\[([\d, ]+)\]")
+
+
+# Models that build a sliding-window mask even when no layer slides (Step3p7) need a window in the config.
+_NO_WINDOW = re.compile(r"Could not find a `sliding_window` argument in the config, or it is not set")
+IMPLICIT_WINDOW = 4
+_SIMILARITY = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x\1\)")
+#: key of an implicit value: (a vocabulary now, the ids it must hold)
+VOCAB_AT_LEAST = "<vocab at least>"
+#: key of an implicit value: (projection width now, the width the other embedding has)
+PROJECTION_WIDTH = "<projection width>"
+
+
+def implicit_default_from_error(message: str) -> dict | None:
+    """A value the modeling code assumes when the config leaves it out, named by a forward error's message."""
+    if _NO_WINDOW.search(message):
+        return {"sliding_window": IMPLICIT_WINDOW}
+    found = _SIMILARITY.search(message)
+    if found and found.group(2) != found.group(3):
+        # (B x P) @ (Q x B): two embeddings of the same batch compared (contrastive logits) whose widths differ: one
+        # tower's width is derived (ALIGN's EfficientNet: last channels x width coefficient), so the projection
+        # width, shrunk on its own, must be the other embedding's width
+        return {PROJECTION_WIDTH: (int(found.group(2)), int(found.group(3)))}
+    found = _SPLIT_SECTIONS.search(message)
+    if not found:
+        return None
+    total, sections = int(found.group(1)), [int(v) for v in found.group(2).split(",")]
+    return {"rope_parameters": {"mrope_section": proportional(sections, total)}}
+
+
+def config_lesson(exc: BaseException, candidate: dict[str, Any]) -> dict | None:
+    """A config value the model's own error asks for (an implicit default for :func:`sweep.zoo.shrink.shrink_config`).
+
+    An embedding handed ids the model produced itself (none of the inputs) past its table: one sub-config decodes
+    into a vocabulary another one embeds (CLVP's speech decoder argmax ids into the speech encoder), so the smaller
+    vocabulary is raised to hold them.
+    """
+    if _INDEX_RANGE not in str(exc):
+        return None
+    inner = model_frames(exc, 1)
+    if not inner:
+        return None
+    weight, ids = inner[0].f_locals.get("weight"), inner[0].f_locals.get("input")
+    if not (isinstance(weight, torch.Tensor) and isinstance(ids, torch.Tensor)) or ids.is_floating_point():
+        return None
+    if not ids.numel() or any(v is ids for v in candidate.values()):
+        return None  # the input's own ids: the bounds rule keeps them inside the table
+    return {VOCAB_AT_LEAST: (int(weight.shape[0]), int(ids.max()) + 1)}
+
+
+# -- forward, about the inputs: hints for the next round of candidates ---------------------------------------
+
+# The models' own consistency checks, and what each one teaches.
+_PLACEHOLDERS = re.compile(r"(image|audio|video)?\s*(?:features|embeddings)? and (?:\w+ )?tokens do not match\W*"
+                           r"tokens:?\s*(\d+)\D{1,40}?features:?\s*(\d+)", re.IGNORECASE | re.DOTALL)
+_MULTIPLE = re.compile(r"feature_length` to be a multiple of .{0,40}?\((\d+)\), but got (\d+)")
+_PATCH_WIDTH = re.compile(r"pixel_values has patch width \d+ but the model expects (\d+)")
+_VECTORS_FOR = re.compile(r"Got (\d+) feature vectors for \d+ placeholder tokens")
+_PATCHES_FOR = re.compile(r"Got (\d+) image patches for \d+ image placeholder tokens")
+_TOO_SMALL = re.compile(r"too small to be scaled with scaled_images_ratios=\[([\d.]+)[^\]]*\] when patch_size=(\d+)")
+_POOL_TOO_SMALL = re.compile(r"Given input size: \([\dx]+\)\. Calculated output size: \(([\dx]+)\)\. Output size is "
+                             r"too small")
+_SAMPLES = re.compile(r"input_values`? length (\d+) is not a multiple of (\d+)")
+_TILES = re.compile(r"split_with_sizes expects split_sizes to sum exactly to \d+ \(input tensor's size at dimension "
+                    r"0\), but got split_sizes=\[(\d+)")
+_NORM_SHAPE = re.compile(r"normalized_shape=\[(\d+)\], expected input with shape \[\*, \1\], but got input of "
+                         r"size\s*\[([\d, ]+)\]")
+
+
+def _round_up(got: int, multiple: int) -> int:
+    return max(multiple, (got + multiple - 1) // multiple * multiple)
+
+
+#: (check's message, hint it sets, the hint's value from the match), tried in order
+_LEARNED_SIZES = (
+    (_MULTIPLE, "frames", lambda m: _round_up(int(m.group(2)), int(m.group(1)))),
+    (_PATCH_WIDTH, "patch_width", lambda m: int(m.group(1))),
+    (_PATCHES_FOR, "image_tokens", lambda m: max(1, int(m.group(1)) // BATCH)),
+    (_VECTORS_FOR, "image_tokens", lambda m: max(1, int(m.group(1)) // BATCH)),
+    (_TOO_SMALL, "image_side", lambda m: int(math.ceil(int(m.group(2)) / float(m.group(1))))),
+    (_SAMPLES, "samples", lambda m: _round_up(int(m.group(1)), int(m.group(2)))),
+    (_TILES, "tiles", lambda m: int(m.group(1))),
+    # a norm over the features of a (B, T, F) input names F
+    (_NORM_SHAPE, "feature_dim", lambda m: int(m.group(1)) if len(_ints(m.group(2))) == 3 else None),
+)
+
+
+_SIZE_AT_LAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at "
+                           r"non-singleton dimension 2")
+_MATMUL = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
+
+
+def refine_hints(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None = None,
+                 model: torch.nn.Module | None = None) -> bool:
+    """Learn from a model's own errors what the inputs must look like; True when a hint changed.
+
+    The first rule that teaches something wins: an error raised building the KV cache turns the cache off; with the
+    model (its forward signature), inputs the forward needs after all (:func:`_needed_inputs`) and special tokens
+    the message asks for; then checks keyed on the message (:func:`_refine_named`); then the input the failing
+    operation was handed (:func:`_refine_by_culprit`).
+    """
+    candidate = candidate or {}
+    if not hints.no_cache and raised_in_cache(exc):
+        hints.no_cache = True  # a config the cache cannot read (BLT's layer count lives in its sub-configs)
+        return True
+    if model is not None and (_needed_inputs(hints, exc, candidate, forward_parameters(model))
+                              or _named_tokens(hints, str(exc), model)):
+        return True
+    if _refine_named(hints, exc, candidate):
+        return True
+    return _refine_by_culprit(hints, exc, candidate)
+
+
+_SCATTER = re.compile(r"shape mismatch: value tensor of shape \[(\d+), (?:\d+, )*(\d+)\] cannot be broadcast to "
+                      r"indexing result of shape \[(\d+), \2\]")
+
+
+def _refine_named(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None) -> bool:
+    """Rules keyed on the message alone (and the audio features' layout)."""
+    message = str(exc)
+    found = _MATMUL.search(message)
+    features = (candidate or {}).get("input_features")
+    size = _SIZE_AT_LAST.search(message)
+    if isinstance(features, torch.Tensor) and features.dim() == 3 and (found or size):
+        got, wanted = (int(found.group(2)), int(found.group(3))) if found else (int(size.group(1)),
+                                                                                 int(size.group(2)))
+        # the audio features' last dimension feeds the first Linear (stacked frames): (B, T, wanted)
+        if features.shape[-1] == got and got != wanted and hints.feature_dim != wanted:
+            hints.feature_dim = wanted
+            return True
+    pixels = (candidate or {}).get("pixel_values")
+    if found and isinstance(pixels, torch.Tensor) and pixels.dim() == 4 and pixels.shape[-1] == int(found.group(2)):
+        # image rows fed straight to a Linear (Fuyu): the pixels are flattened patches of the Linear's width
+        wanted = int(found.group(3))
+        if wanted != pixels.shape[-1] and hints.patch_width != wanted:
+            hints.patch_width = wanted
+            return True
+    found = _PLACEHOLDERS.search(message)
+    if found:
+        modality = (found.group(1) or statement_modality(exc) or "image").lower()
+        tokens, features = int(found.group(2)), int(found.group(3))
+        per_row = max(1, features // BATCH)
+        field = "audio_tokens" if modality == "audio" else "image_tokens"
+        width = hints.text_width
+        if (getattr(hints, field) == per_row and tokens == features and width
+                and features % (width * BATCH) == 0):
+            # the count matched and the check still failed: "features" was the feature tensor's numel
+            per_row = features // (width * BATCH)
+        if getattr(hints, field) != per_row:
+            setattr(hints, field, per_row)
+            return True
+        per_row = features_per_row(exc, modality)  # the check counted something else: read the feature tensor
+        if per_row and getattr(hints, field) != per_row:
+            setattr(hints, field, per_row)
+            return True
+        return False
+    found = _SCATTER.search(message)
+    if found and int(found.group(1)) != int(found.group(3)) and int(found.group(1)) % BATCH == 0:
+        # `embeds[placeholder_mask] = features`: the features' rows are the placeholders, the statement names the
+        # modality (Csm: audio codec frames)
+        modality = statement_modality(exc)
+        field = "audio_tokens" if modality == "audio" else "image_tokens"
+        per_row = int(found.group(1)) // BATCH
+        if modality and getattr(hints, field) != per_row:
+            setattr(hints, field, per_row)
+            return True
+        return False
+    found = _POOL_TOO_SMALL.search(message)
+    pixels = (candidate or {}).get("pixel_values")
+    if found and "0" in found.group(1).split("x")[1:] and isinstance(pixels, torch.Tensor) and pixels.dim() >= 4:
+        # a pooling or conv window larger than what is left of the image after the stem: a larger image
+        hints.image_side = 2 * max(pixels.shape[-2:])
+        return True
+    if _stacked_images(hints, message, candidate or {}):
+        return True
+    for pattern, field, value in _LEARNED_SIZES:
+        found = pattern.search(message)
+        learned = value(found) if found else None
+        if learned is not None and getattr(hints, field) != learned:
+            setattr(hints, field, learned)
+            return True
+    return False
+
+
+# -- learning from the failing frames: which input the failing operation was handed --------------------------
+
+_INDEX_RANGE = "index out of range in self"
+_CONV_CHANNELS = re.compile(r"weight of size \[(\d+), (\d+), [\d, ]+\], expected input\[([\d, ]+)\] to have \d+ "
+                            r"channels, but got (\d+) channels")
+_SUFFIX = re.compile(r"shape suffix torch.Size\(\[(\d+), (\d+)\]\) does not match expected suffix .{0,60}?\((\d+), "
+                     r"\2\)")
+_KERNEL = re.compile(r"padded input size per channel: \((\d+)\)\. Kernel size: \((\d+)\)")
+_CAT = re.compile(r"Sizes of tensors must match except in dimension \d+\. Expected size (\d+) but got size (\d+) "
+                  r"for tensor number \d+ in the list")
+_BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton "
+                        r"dimension (\d+)")
+
+
+def _set_shape(hints: Hints, name: str, shape: tuple[int, ...]) -> bool:
+    if hints.shapes.get(name) == shape:
+        return False
+    hints.shapes[name] = shape
+    return True
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def _refine_by_culprit(hints: Hints, exc: BaseException, candidate: dict[str, Any]) -> bool:
+    """Shapes and index ranges learned from the failing operation and the input it was handed: the first rule of
+    :data:`_CULPRIT_RULES` whose message matches decides."""
+    message = str(exc)
+    if _INDEX_RANGE in message:
+        return _bound_ids(hints, exc, candidate)
+    for pattern, rule in _CULPRIT_RULES:
+        found = pattern.search(message)
+        if found:
+            return rule(hints, exc, candidate, found)
+    return False
+
+
+def _bound_ids(hints: Hints, exc: BaseException, candidate: dict[str, Any]) -> bool:
+    """An embedding got ids past its table: keep that input's ids below its size."""
+    inner = model_frames(exc, 1)
+    weight = inner[0].f_locals.get("weight") if inner else None
+    name, value = culprit(exc, candidate, depth=2)  # the ids the embedding itself was handed
+    if name and isinstance(weight, torch.Tensor) and not value.is_floating_point():
+        bound = int(weight.shape[0])
+        if hints.bounds.get(name) != bound:
+            hints.bounds[name] = bound
+            return True
+    return False
+
+
+def _linear_width(hints: Hints, exc: BaseException, candidate: dict[str, Any], found: re.Match) -> bool:
+    """The input's last dimension feeds a Linear; a derived width scales with it."""
+    got, wanted = int(found.group(2)), int(found.group(3))
+    name, value = culprit(exc, candidate)
+    if name and value.is_floating_point() and value.dim() >= 2:
+        last = value.shape[-1]
+        new = wanted if last == got else (last * wanted // got if (last * wanted) % got == 0 else None)
+        if new and new != last:
+            return _set_shape(hints, name, (*value.shape[:-1], new))
+    return False
+
+
+def _conv_channels(hints: Hints, exc: BaseException, candidate: dict[str, Any], found: re.Match) -> bool:
+    """A conv stack: the input's channels (dim 1) are the conv's input channels (one channel: a signal)."""
+    shape = _ints(found.group(3))
+    name, value = culprit(exc, candidate, shape=shape)
+    if name is None and len(shape) == 3 and shape[0] == 1:  # a 2-D input the conv took for one unbatched sample
+        name, value = culprit(exc, candidate, shape=shape[1:])
+        if name and value.is_floating_point() and value.dim() == 2 and int(found.group(2)) == 1:
+            return _set_shape(hints, name, (value.shape[0], 1, max(value.shape[1], WAVEFORM)))
+        return False
+    if name and value.is_floating_point() and value.dim() == 3:
+        channels = int(found.group(2))
+        steps = max(value.shape[2], WAVEFORM) if channels == 1 else value.shape[2]  # one channel: a signal
+        return _set_shape(hints, name, (value.shape[0], channels, steps))
+    return False
+
+
+def _norm_width(hints: Hints, exc: BaseException, candidate: dict[str, Any], found: re.Match) -> bool:
+    """A norm over the input's last dimension (or a derived one that scales with it)."""
+    name, value = culprit(exc, candidate)
+    if name and value.is_floating_point() and value.dim() >= 2:
+        if found.re is _NORM_SHAPE:
+            new = int(found.group(1))
+            got = _ints(found.group(2))[-1]
+        else:
+            got, new = int(found.group(1)), int(found.group(3))
+        last = value.shape[-1]
+        if value.dim() == 2 and last == got == WAVEFORM:  # a waveform where hidden states are due (a bare
+            return _set_shape(hints, name, (value.shape[0], SEQ, new))  # model without its prenets)
+        new = new if last == got else (last * new // got if (last * new) % got == 0 else None)
+        if new and new != last:
+            return _set_shape(hints, name, (*value.shape[:-1], new))
+    return False
+
+
+def _longer_input(hints: Hints, exc: BaseException, candidate: dict[str, Any], found: re.Match) -> bool:
+    """A strided conv stack ran out of time steps: a longer input (the outermost float input handed on)."""
+    size, kernel = int(found.group(1)), int(found.group(2))
+    name, value = culprit(exc, candidate, depth=64, floating=True)
+    floats = [(k, v) for k, v in candidate.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    if name is None and len(floats) == 1:  # reassigned on the way: the only float input
+        name, value = floats[0]
+    if name and value.dim() >= 2 and size < kernel:
+        return _set_shape(hints, name, (*value.shape[:-1], value.shape[-1] * 4 * -(-kernel // size)))
+    return False
+
+
+def _matching_frames(hints: Hints, exc: BaseException, candidate: dict[str, Any], found: re.Match) -> bool:
+    """Two branches concatenated along their features give different frame counts: inputs with the first branch's
+    frames take the other's (Xcodec2: mel frames vs the waveform's frames after the hop)."""
+    first, other = int(found.group(1)), int(found.group(2))
+    changed = False
+    for name, value in candidate.items():
+        if isinstance(value, torch.Tensor) and first in value.shape[1:] and first != value.shape[0]:
+            axis = list(value.shape[1:]).index(first) + 1
+            changed |= _set_shape(hints, name, (*value.shape[:axis], other, *value.shape[axis + 1:]))
+    return changed
+
+
+def _codebook_axis(hints: Hints, exc: BaseException, candidate: dict[str, Any], found: re.Match) -> bool:
+    """Ids plus a per-codebook offset table: the ids need a trailing codebook axis."""
+    a, b = int(found.group(1)), int(found.group(2))
+    name, value = culprit(exc, candidate)
+    if name and not value.is_floating_point() and value.dim() == 2 and value.shape[-1] == a and a != b:
+        return _set_shape(hints, name, (*value.shape, b))
+    return False
+
+
+#: (the failing operation's message, the rule that reads its culprit), tried in order after ids out of range
+_CULPRIT_RULES = (
+    (_MATMUL, _linear_width),
+    (_CONV_CHANNELS, _conv_channels),
+    (_NORM_SHAPE, _norm_width),
+    (_SUFFIX, _norm_width),
+    (_KERNEL, _longer_input),
+    (_CAT, _matching_frames),
+    (_BROADCAST, _codebook_axis),
+)
+
+
+# -- inputs the forward needs after all ----------------------------------------------------------------------
+
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def _needed_inputs(hints: Hints, exc: BaseException, candidate: dict[str, Any],
+                   params: dict[str, inspect.Parameter]) -> bool:
+    """A forward parameter the candidate left out and the forward needs after all, added to ``hints.extra``:
+
+    * one the error message names ("Both pixel_values and high_res_pixel_values should be specified",
+      "set `global_attention_mask` manually", "`codebook_pixel_value` are required");
+    * one that is None where the failing statement reads it, innermost frame first (a ``NoneType`` error on
+      ``padding_mask.sum()``, ``self.mel_conv(input_features)``, ``self._resize_to_2d(bool_masked_pos)``).
+    """
+    message = str(exc)
+    words = set(_WORD.findall(message))
+    named = {p for p in params if "_" in p and (p in words or p[:-1] in words)}  # plural or singular
+    if _add_extra(hints, named, candidate, params):
+        return True
+    if "None" not in message:
+        return False
+    for frame, _, statement in failing_statements(exc):
+        read = set(_WORD.findall(statement))
+        local = frame.f_locals
+        if _add_extra(hints, {p for p in params if p in read and local.get(p) is None}, candidate, params):
+            return True
+    return False
+
+
+def _add_extra(hints: Hints, names: set[str], candidate: dict[str, Any], params: dict[str, inspect.Parameter]) -> bool:
+    """Adds the parameters among ``names`` the candidate lacks and a recipe or the fallback can make (targets, caches
+    and alternatives to inputs we give stay out, except :data:`WHEN_NEEDED`)."""
+    new = [p for p in params if p in names and p not in candidate and p not in hints.extra
+           and not skipped(p, params, needed=True) and can_make(p, params[p])]
+    if new:
+        hints.extra = (*hints.extra, *new)
+    return bool(new)
+
+
+# "All samples in the batch must have at least one question token": one `question_token_id` per row.
+_TOKEN_NEEDED = re.compile(r"at least one (\w+) token|(\w+) tokens? (?:is|are) (?:required|missing)", re.IGNORECASE)
+
+
+def _named_tokens(hints: Hints, message: str, model: torch.nn.Module) -> bool:
+    found = _TOKEN_NEEDED.search(message)
+    if not found:
+        return False
+    word = (found.group(1) or found.group(2)).lower()
+    ctx = Context(config=model.config, model=model, gen=torch.Generator(), batch=BATCH, hints=hints, params={})
+    token = ctx.find(f"{word}_token_id", f"{word}_token_index")
+    if not isinstance(token, int) or isinstance(token, bool) or token in hints.tokens:
+        return False
+    hints.tokens = (*hints.tokens, token)
+    return True
+
+
+# SegGPT stacks prompt and image along the height before patching: "Input image size (128*64) doesn't match model
+# (64*64)" scales each image's sides by what the model wants over what it got.
+_INPUT_SIZE = re.compile(r"Input image size \((\d+)\*(\d+)\) doesn't match model \((\d+)\*(\d+)\)")
+
+
+def _stacked_images(hints: Hints, message: str, candidate: dict[str, Any]) -> bool:
+    found = _INPUT_SIZE.search(message)
+    pixels = candidate.get("pixel_values")
+    if not found or not isinstance(pixels, torch.Tensor) or pixels.dim() < 3:
+        return False
+    got_h, got_w, want_h, want_w = (int(v) for v in found.groups())
+    h, w = pixels.shape[-2:]
+    size = (h * want_h // got_h, w * want_w // got_w)
+    if min(size) < 1 or size == (h, w) or hints.image_hw == size:
+        return False
+    hints.image_hw = size
+    return True

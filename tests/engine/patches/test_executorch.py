@@ -1,0 +1,231 @@
+"""ExecuTorch correctness patches and fixes (:mod:`engine.patches.executorch`): each pattern lowers and runs as eager."""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import warnings
+
+import pytest
+import torch
+from transformers import PretrainedConfig
+
+from engine import (
+    ExecutorchConfig,
+    get_leaf_tensors,
+    run_exported,
+)
+from engine.compare import compare_leaves
+from tests.engine.tiny_models import eager_leaves
+
+pytest.importorskip("executorch", reason="the executorch extra is not installed")
+
+from engine.dim_bounds import UnboundedDimWarning  # noqa: E402
+from engine.exporter_executorch import ExecutorchExporter  # noqa: E402
+
+
+from tests.engine.executorch_cases import MAX_PLANNED_BYTES  # noqa: E402
+
+ATOL = RTOL = 1e-4
+
+
+class _MaxOverDim(torch.nn.Module):
+    """``max.dim`` of a 4-D tensor with its indices unused: what XNNPACK's partitioner claims."""
+
+    def __init__(self, dim: int, keepdim: bool):
+        super().__init__()
+        self.dim, self.keepdim = dim, keepdim
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        x = self.proj(x)
+        top = x.max(dim=self.dim, keepdim=self.keepdim).values
+        return x - (top if self.keepdim else top.unsqueeze(self.dim))
+
+
+@pytest.mark.parametrize("dim, keepdim", [(-1, True), (3, False), (1, True), (2, True), (3, True)])
+def test_max_over_a_dim_lowers_whatever_its_spelling(dim, keepdim):
+    # -1 and keepdim=False used to be claimed by XNNPACK and refused by its serializer (GPT-OSS, Hiera)
+    model, inputs = _MaxOverDim(dim, keepdim).eval(), {"x": torch.randn(2, 3, 4, 8)}
+    manager = ExecutorchExporter().export(model, inputs, config={"dynamic": False})
+    comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+
+
+class _ConvBatchNorm1d(torch.nn.Module):
+    """A Conformer convolution module's tail: depthwise conv1d, then BatchNorm1d over ``[batch, channels, time]``."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(8, 8, 3, padding=1, groups=8)
+        self.norm = torch.nn.BatchNorm1d(8)
+        self.norm.running_mean.normal_()
+        self.norm.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        return self.norm(self.conv(x).float())
+
+
+def test_batch_norm_1d_with_dynamic_batch_and_time_lowers():
+    # XNNPACK used to claim the norm and fail on the conv1d it rewrites it into (LASR, Canary, Granite Speech)
+    model, inputs = _ConvBatchNorm1d().eval(), {"x": torch.randn(2, 8, 12)}
+    manager = ExecutorchExporter().export(model, inputs, config={"dynamic": True})
+    for x in (inputs["x"], torch.randn(3, 8, 7)):
+        comparison = compare_leaves(eager_leaves(model, {"x": x}), run_exported(manager, {"x": x}), atol=ATOL, rtol=RTOL)
+        assert comparison.ok, str(comparison)
+
+
+class _KeysFromTwoHalves(torch.nn.Module):
+    """Multi-head latent attention's keys: an uninitialised tensor of the input's (symbolic) shape, filled in two
+    halves."""
+
+    def __init__(self, allocate):
+        super().__init__()
+        self.allocate = allocate
+
+    def forward(self, x):
+        keys = self.allocate(x)
+        keys[..., : x.shape[-1]] = x
+        keys[..., x.shape[-1]:] = x * 2
+        return keys
+
+
+@pytest.mark.parametrize("allocate", [
+    lambda x: x.new_empty(*x.shape[:-1], 2 * x.shape[-1]),  # DeepSeek-V3: the .pte took the traced length only
+    lambda x: torch.empty_like(torch.cat([x, x], dim=-1)),  # empty_permuted, not in core ATen, failed to lower
+], ids=["new_empty", "empty_like"])
+def test_empty_of_a_symbolic_size_keeps_its_dims_dynamic(allocate):
+    # [batch, length, dim]: two dynamic dims keep the planned arena small (four made it 3 GiB, 30 s a test)
+    model, inputs = _KeysFromTwoHalves(allocate), {"x": torch.randn(2, 8, 16)}
+    manager = ExecutorchExporter().export(model, inputs, config={"dynamic": True})
+    for x in (inputs["x"], torch.randn(3, 5, 16)):
+        comparison = compare_leaves(eager_leaves(model, {"x": x}), run_exported(manager, {"x": x}), atol=ATOL, rtol=RTOL)
+        assert comparison.ok, str(comparison)
+
+
+class _TubeletEmbedding(torch.nn.Module):
+    """A video model's patch embedding: a Conv3d whose kernel is its stride (VideoMAE, ViViT, V-JEPA 2)."""
+
+    def __init__(self, kernel, groups=1):
+        super().__init__()
+        self.config = PretrainedConfig(image_size=16)  # bounds the frames' height and width, as a video config does
+        self.proj = torch.nn.Conv3d(4, 8, kernel_size=kernel, stride=kernel, groups=groups)
+
+    def forward(self, pixel_values):
+        return self.proj(pixel_values).flatten(2).transpose(1, 2)
+
+
+@pytest.mark.parametrize("kernel, frames, groups", [((2, 4, 4), 5, 1), ((1, 2, 2), 3, 2)],
+                         ids=["tubelets-a-frame-left-over", "per-frame-grouped"])
+def test_conv3d_with_its_kernel_as_stride_runs(kernel, frames, groups):
+    # the portable kernel takes 3-D or 4-D convolutions only: a 5-D one failed the loaded method with 0x12
+    model = _TubeletEmbedding(kernel, groups).eval()
+    inputs = {"pixel_values": torch.randn(2, 4, frames, 8, 8)}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager = ExecutorchExporter().export(model, inputs, config={"dynamic": True})
+    # a video's height and width are image dims, capped by the config's image_size (as lengths, three dims capped
+    # at 256 each planned 4 GiB for this module)
+    caps = " ".join(str(w.message) for w in caught if issubclass(w.category, UnboundedDimWarning))
+    assert "pixel_values dim 3 <= 16 (config image_size=16)" in caps and "dim 4 <= 16" in caps, caps
+    assert sum(manager.executorch_program.execution_plan[0].non_const_buffer_sizes) < MAX_PLANNED_BYTES
+    for x in (inputs["pixel_values"], torch.randn(3, 4, frames, 8, 8)):
+        got = run_exported(manager, {"pixel_values": x})
+        comparison = compare_leaves(eager_leaves(model, {"pixel_values": x}), got, atol=ATOL, rtol=RTOL)
+        assert comparison.ok, str(comparison)
+
+
+class _SortBoth(torch.nn.Module):
+    """Scores sorted descending along a dynamic length, integer ids ascending (JetMoE groups tokens by expert)."""
+
+    def forward(self, scores, ids):
+        values, order = scores.sort(dim=-1, descending=True)
+        grouped = torch.sort(ids.flatten())
+        return values, order, grouped.values, torch.argsort(scores, dim=0)
+
+
+def test_sort_runs_as_topk():
+    # the runtime has no sort kernel: the method failed to load with 0x14 (kernel 'aten::sort.values' not found)
+    model = _SortBoth()
+    inputs = {"scores": torch.randn(2, 9), "ids": torch.randperm(18).reshape(2, 9)}
+    manager = ExecutorchExporter().export(model, inputs, config={"dynamic": True})
+    for scores in (inputs["scores"], torch.randn(3, 6)):
+        case = {"scores": scores, "ids": torch.randperm(scores.numel()).reshape(scores.shape)}
+        comparison = compare_leaves(eager_leaves(model, case), run_exported(manager, case), atol=ATOL, rtol=RTOL)
+        assert comparison.ok, str(comparison)
+
+
+class _PadToBlocks(torch.nn.Module):
+    """Pads a length up to whole blocks with ``(-length) % block``, as LongT5's local attention does."""
+
+    def forward(self, x):
+        pad = (-x.shape[1]) % 4
+        padded = torch.nn.functional.pad(x, (0, 0, 0, pad))
+        return padded.reshape(x.shape[0], -1, 4, x.shape[2]).sum(2)
+
+
+def test_a_symbolic_modulo_is_floored_as_in_python():
+    """The runtime's integer ``%`` truncates (``-7 % 4 == -3``): unfixed, the padding came out negative."""
+    from engine.patches.executorch import _FLOORED
+    from engine.patches import apply_fx_node_fixes
+
+    manager = ExecutorchExporter().export(_PadToBlocks(), {"x": torch.randn(2, 7, 3)}, config=ExecutorchConfig(dynamic=True))
+    for length in (5, 6, 7, 8, 9, 12):  # whole blocks and partial ones
+        x = torch.randn(2, length, 3)
+        got = run_exported(manager, {"x": x})
+        assert torch.allclose(next(iter(got.values())), _PadToBlocks()(x)), length
+    program = ExecutorchExporter().trace(_PadToBlocks(), {"x": torch.randn(2, 7, 3)}, ExecutorchConfig(dynamic=True))
+    for _ in range(2):  # the fixes may run over a graph twice: a rewritten modulo is not wrapped again
+        apply_fx_node_fixes("executorch", program.graph_module)
+    mods = [n for n in program.graph.nodes if n.target is operator.mod]
+    assert len(mods) == 2 and all(n.meta.get(_FLOORED) for n in mods)
+
+
+class _ShiftAndCrop(torch.nn.Module):
+    """RWKV's time shift (``ZeroPad2d((0, 0, 1, -1))``: one step later, the last step cropped) and a crop of the
+    first feature with two padded after it."""
+
+    def __init__(self):
+        super().__init__()
+        self.shift = torch.nn.ZeroPad2d((0, 0, 1, -1))
+        self.crop = torch.nn.ConstantPad1d((-1, 2), 3.0)
+
+    def forward(self, x):
+        return self.shift(x), self.crop(x)
+
+
+def test_a_negative_pad_crops_as_in_torch():
+    """The runtime's constant_pad_nd rejects negative amounts (0x12); they become slices."""
+    x = torch.randn(2, 7, 3)
+    manager = ExecutorchExporter().export(_ShiftAndCrop(), {"x": x}, config=ExecutorchConfig(dynamic=True))
+    got = list(run_exported(manager, {"x": x}).values())
+    assert all(torch.equal(g, e) for g, e in zip(got, _ShiftAndCrop()(x), strict=True))
+
+
+class _TanhGelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return {"y": torch.nn.functional.gelu(self.lin(x), approximate="tanh")}
+
+
+def test_tanh_gelu_computes_the_tanh_form_not_xnnpacks_exact_gelu():
+    from engine.patches import patch_disabled
+
+    torch.manual_seed(0)
+    model = _TanhGelu().eval()
+    x = torch.linspace(-4, 4, 2 * 5 * 8).reshape(2, 5, 8)
+    expected = get_leaf_tensors(model(x))
+
+    def worst(*disabled) -> float:
+        with contextlib.ExitStack() as stack:
+            for name in disabled:
+                stack.enter_context(patch_disabled("executorch", name))
+            manager = ExecutorchExporter().export(model, {"x": x}, config=ExecutorchConfig(dynamic=False))
+        return (run_exported(manager, {"x": x})["y"] - expected["y"]).abs().max().item()
+
+    assert worst() < 1e-5
+    # what the patch prevents: XNNPACK's delegate runs exact (erf) GELU, up to 4.7e-4 away
+    assert worst("_patch_tanh_gelu_delegated_as_exact_gelu") > 1e-4

@@ -1,0 +1,91 @@
+"""ExecuTorch speed patches (:mod:`engine.patches.executorch_speed`): less work, the same ``.pte`` bytes."""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+
+
+pytest.importorskip("executorch", reason="the executorch extra is not installed")
+
+
+from tests.engine.executorch_cases import pte_bytes, pte_bytes_with_every_patch  # noqa: E402
+
+
+
+def test_idle_xnnpack_passes_skip_their_retrace_and_the_bytes_are_unchanged(monkeypatch):
+    from executorch.exir.pass_base import ExportPass
+
+    from engine.patches import patch_disabled
+
+    pte_bytes()  # XNNPACK exports its pattern graphs (SDPA, bilinear upsampling) on first use: not counted here
+    retraces = []
+    real_call = ExportPass.call
+    monkeypatch.setattr(ExportPass, "call", lambda self, gm: retraces.append(type(self).__name__) or real_call(self, gm))
+    with_patch, retraces_with = pte_bytes(), len(retraces)
+    retraces.clear()
+    with patch_disabled("executorch", "_patch_xnnpack_idle_retraces"):
+        without_patch, retraces_without = pte_bytes(), len(retraces)
+    assert with_patch == without_patch
+    assert retraces_with < retraces_without / 2  # most of the 17 passes find nothing to rewrite in this block
+
+
+class _SigmoidAdd(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.sigmoid(x) + y
+
+
+def test_edge_dtype_check_reads_recorded_values_and_keeps_its_verdicts(monkeypatch):
+    import executorch.exir.verification.verifier as verifier
+    from executorch.exir import to_edge
+    from torch._export.verifier import SpecViolationError
+
+    from engine.patches.executorch_speed import _patch_edge_dtype_check_from_meta
+
+    graph = to_edge(torch.export.export(_SigmoidAdd(), (torch.randn(2, 3), torch.randn(2, 3)))).exported_program().graph_module
+    original = verifier._check_tensor_args_matching_op_allowed_dtype
+    patched = _patch_edge_dtype_check_from_meta(original)
+    runs = []
+    real_run = torch.fx.Interpreter.run
+    monkeypatch.setattr(torch.fx.Interpreter, "run", lambda self, *a, **k: runs.append(1) or real_run(self, *a, **k))
+    assert patched(graph) is None and runs == []  # a valid graph passes without re-running a single op
+    assert original(graph) is None and runs == [1]
+    x = next(n for n in graph.graph.nodes if n.op == "placeholder")
+    x.meta["val"] = x.meta["val"].to(torch.float16)  # sigmoid(half) + float: the edge add takes one dtype
+    for check in (original, patched):
+        with pytest.raises(SpecViolationError, match="taking Tensor inputs with mismatched dtypes"):
+            check(graph)
+
+
+def test_edge_operator_passes_fuse_in_order_and_a_re_entering_pass_starts_a_group():
+    from executorch.exir.passes import base_pre_op_replace_passes
+    from executorch.exir.passes.memory_format_ops_pass import MemoryFormatOpsPass
+    from executorch.exir.passes.remove_mixed_type_operators import RemoveMixedTypeOperators
+    from executorch.exir.passes.replace_aten_with_edge_pass import OpReplacePass
+
+    from engine.patches.executorch_speed import _operator_pass_classes, fuse_operator_passes
+
+    passes = [*base_pre_op_replace_passes, RemoveMixedTypeOperators(), OpReplacePass(), MemoryFormatOpsPass()]
+    fused = fuse_operator_passes(passes, _operator_pass_classes())
+    names = [type(getattr(p, "__wrapped__", p)).__name__ for p in fused]
+    assert names == [
+        "ReplaceSymSizeOpPass",
+        "NormalizeTransposePass+ReplaceBrokenOpsWithFunctionalOpsPass+ScalarToTensorPass",
+        "SymToTensorPass",  # re-enters self.call_operator: starts a group, and the next pass is not an operator pass
+        "RemoveNoopPass", "PruneEmptyTensorsPass", "RemoveToCopyPass",
+        "RemoveMixedTypeOperators+OpReplacePass+MemoryFormatOpsPass",
+    ]
+    assert fused[0] is passes[0] and fused[3] is passes[5]  # the others keep their pass manager wrapper
+
+
+@pytest.mark.parametrize(
+    "patch", ["_patch_edge_dtype_check_from_meta", "_patch_fused_edge_passes", "_patch_partition_legalize_without_child_recompiles",
+              "_patch_spec_prop_reuses_the_dim_order_retrace"]
+)
+def test_lowering_speed_patch_leaves_the_bytes_unchanged(patch):
+    from engine.patches import patch_disabled
+
+    with_patch = pte_bytes_with_every_patch()  # (outside the block: the cache must hold the patched bytes)
+    with patch_disabled("executorch", patch):
+        assert pte_bytes() == with_patch

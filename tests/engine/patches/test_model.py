@@ -1,0 +1,141 @@
+"""Model patches compute what the code they replace computes."""
+
+import re
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers.models.mamba.modeling_mamba import mamba_selective_scan
+
+from engine.patches.model import _GATED_DELTA_MODULES, closed_form_selective_scan, unit_lower_triangular_inverse
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    channels=st.integers(1, 6),
+    state=st.integers(1, 5),
+    seq=st.integers(1, 12),
+    with_skip=st.booleans(),
+    with_gate=st.booleans(),
+    last_state=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_closed_form_scan_equals_the_recurrent_loop(batch, channels, state, seq, with_skip, with_gate, last_state, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, channels, seq, generator=g)
+    dt = torch.randn(batch, channels, seq, generator=g)
+    A = -torch.rand(channels, state, generator=g) * 2  # Mamba's A = -exp(A_log): negative
+    B = torch.randn(batch, state, seq, generator=g)
+    C = torch.randn(batch, state, seq, generator=g)
+    kwargs = dict(
+        D=torch.randn(channels, generator=g) if with_skip else None,
+        z=torch.randn(batch, channels, seq, generator=g) if with_gate else None,
+        delta_bias=torch.randn(channels, generator=g),
+        delta_softplus=True,
+        return_last_state=last_state,
+    )
+    expected = mamba_selective_scan(x, dt, A, B, C, **kwargs)  # eager: the recurrent loop
+    got = closed_form_selective_scan(x, dt, A, B, C, **kwargs)
+    for e, o in zip(expected if last_state else (expected,), got if last_state else (got,)):
+        torch.testing.assert_close(o, e, atol=1e-5, rtol=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 70), batch=st.integers(1, 3), columns=st.integers(1, 4), seed=st.integers(0, 2**16))
+def test_unit_lower_triangular_inverse_solves_like_torch(n, batch, columns, seed):
+    """The series of squares is the forward substitution: same solution as LAPACK's unitriangular solve
+    (entries scaled like a gated delta rule's UT system: decays below 1 times normalised key products)."""
+    g = torch.Generator().manual_seed(seed)
+    matrix = torch.randn(batch, n, n, generator=g, dtype=torch.float64) / n  # diagonal and upper part ignored
+    rhs = torch.randn(batch, n, columns, generator=g, dtype=torch.float64)
+    expected = torch.linalg.solve_triangular(matrix, rhs, upper=False, unitriangular=True)
+    torch.testing.assert_close(unit_lower_triangular_inverse(matrix) @ rhs, expected, atol=1e-10, rtol=1e-10)
+
+
+def test_gated_delta_modules_use_the_export_flag_only_for_the_solve():
+    """``_patch_gated_delta_forward_substitution`` turns ``is_torchdynamo_exporting`` off module-wide: safe only
+    while the flag guards nothing but the ``solve_triangular`` branch."""
+    import importlib
+    import inspect
+
+    for module_name in _GATED_DELTA_MODULES:
+        source = inspect.getsource(importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}"))
+        uses = re.findall(r"is_torchdynamo_exporting\(\)[^\n]*\n[^\n]*", source)
+        assert len(uses) == 1 and "solve_triangular(" in uses[0], (module_name, uses)
+
+
+def test_exported_gated_delta_rule_has_no_substitution_loop():
+    """A 2-layer Qwen3-Next exports with the solve as a few matmuls (no unrolled 63-step loop, no
+    ``linalg_solve_triangular`` for ONNX or ExecuTorch to miss) and still computes the eager numbers."""
+    from transformers import Qwen3NextConfig, Qwen3NextModel
+
+    from engine import DynamoExporter
+    from engine.compare import compare_leaves
+    from engine.pytree import get_leaf_tensors
+    from engine.runtime import run_exported
+
+    config = Qwen3NextConfig(vocab_size=128, hidden_size=32, intermediate_size=64, moe_intermediate_size=32,
+                             shared_expert_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4,
+                             linear_key_head_dim=8, linear_value_head_dim=8, num_experts=4, num_experts_per_tok=2,
+                             layer_types=["linear_attention", "full_attention"])
+    torch.manual_seed(0)
+    model = Qwen3NextModel(config).eval()
+    inputs = {"input_ids": torch.randint(0, 128, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long)}
+    program = DynamoExporter().export(model, inputs, {"dynamic": True})
+    targets = [str(node.target) for node in program.graph.nodes if node.op == "call_function"]
+    assert not any("solve_triangular" in t for t in targets)
+    assert sum("index_put" in t or "copy_" in t for t in targets) < 10, "the forward substitution was unrolled"
+    with torch.no_grad():
+        expected = get_leaf_tensors(model(**inputs))
+    other = {"input_ids": torch.randint(0, 128, (3, 13)), "attention_mask": torch.ones(3, 13, dtype=torch.long)}
+    assert compare_leaves(expected, run_exported(program, inputs)).ok
+    with torch.no_grad():
+        assert compare_leaves(get_leaf_tensors(model(**other)), run_exported(program, other)).ok
+
+
+def _greedy_through_exported_steps(model, inputs, new_tokens=6):
+    import copy
+
+    from engine import AutoExporter, generate
+
+    components = AutoExporter.export_for_generation(model, inputs, {"dynamic": True})
+    other = {k: v.flip(0) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}  # other rows
+    with torch.no_grad():
+        expected = model.generate(**copy.deepcopy(other), do_sample=False, max_new_tokens=new_tokens)
+    return components, generate(components, other, max_new_tokens=new_tokens), expected
+
+
+def test_prophetnet_decode_steps_take_any_cache_length():
+    """ProphetNet's cached position was ``int(padding_idx + cache length + 1)``, which pinned the exported decode
+    step to the traced cache length: the second generated token was rejected. Its decode step also asserts one
+    token per cached step, so the program is the one-token call (engine.decompose's fallback)."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.ProphetNetConfig(vocab_size=64, hidden_size=32, encoder_ffn_dim=32, decoder_ffn_dim=32, num_encoder_layers=1,
+                                 num_decoder_layers=1, num_encoder_attention_heads=2, num_decoder_attention_heads=2, ngram=2,
+                                 num_buckets=8, relative_max_distance=16, max_position_embeddings=64, is_decoder=True,
+                                 add_cross_attention=False)
+    model = tf.ProphetNetForCausalLM(config).eval()
+    inputs = {"input_ids": torch.randint(3, 64, (2, 6), generator=torch.Generator().manual_seed(0))}
+    components, got, expected = _greedy_through_exported_steps(model, inputs)
+    assert components.plan.templates["decode"]["input_ids"].shape[1] == 1
+    assert torch.equal(got, expected), f"\neager:    {expected}\nexported: {got}"
+
+
+def test_a_returned_recurrent_state_is_fed_to_the_next_step():
+    """RWKV takes its ``state`` back each step (generate() does ``model_kwargs["state"] = outputs.state``); the loop
+    feeds the step's ``state`` output under that name instead of the captured one. Its WKV recurrence is a Python
+    loop over the tokens, so the decode program is the one-token call."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.RwkvConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
+                           intermediate_size=64, context_length=64)
+    model = tf.RwkvForCausalLM(config).eval()
+    inputs = {"input_ids": torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(0))}
+    components, got, expected = _greedy_through_exported_steps(model, inputs)
+    assert "state" in components.plan.templates["decode"]
+    assert torch.equal(got, expected), f"\neager:    {expected}\nexported: {got}"

@@ -1,0 +1,63 @@
+"""Build and run eagerly a deterministic sample of catalogued classes spread over every task mapping.
+
+A class that fails fails its test. The only skip is ``missing_dependency`` for a package that cannot be installed
+in this environment (``sweep/zoo/data/dependencies.yaml``); a missing installable package is a failure of the test
+install. Classes known to fail are listed with their reason in ``sweep/zoo/data/known_failures.yaml`` and run as
+strict xfails, so a fix shows up as an unexpected pass.
+The full catalog runs by hand: ``python bench/zoo_catalog.py`` (see its docstring).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from sweep.zoo import build, known_failures
+from sweep.zoo.context import BATCH
+from sweep.zoo.errors import ZooError, installable
+from sweep.zoo.sample import eager_sample
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+SAMPLE = eager_sample()
+KNOWN = known_failures.load()
+OVER_BUDGET = known_failures.over_budget()
+
+
+def _params():
+    for name in SAMPLE:
+        marks = []
+        if name in KNOWN:
+            marks.append(pytest.mark.xfail(reason=KNOWN[name], strict=True, raises=ZooError))
+        yield pytest.param(name, id=name, marks=marks)
+
+
+def test_sample_spans_every_mapping():
+    from sweep.zoo import catalog
+
+    covered = {m for name in SAMPLE for m in catalog.catalog()[name].mappings}
+    assert covered == set(catalog.mapping_labels())
+    assert len(SAMPLE) >= 150
+
+
+@pytest.mark.parametrize("name", _params())
+def test_build_and_forward(name):
+    torch.set_num_threads(1)
+    try:
+        case = build.build_case(name)
+    except ZooError as exc:
+        if exc.category == "missing_dependency" and not installable(exc.package):
+            pytest.skip(f"needs {exc.package}, which cannot be installed here")
+        raise
+    assert not case.model.training
+    assert case.num_parameters <= build.PARAMETER_BUDGET or name in OVER_BUDGET, (
+        f"{case.num_parameters} parameters; record it in sweep/zoo/data/over_budget.yaml if the architecture needs it")
+    assert not any("label" in key for key in case.inputs)
+    batched = [v for v in case.inputs.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+    assert any(v.shape[0] == BATCH for v in batched), {k: tuple(v.shape) for k, v in case.inputs.items()}
+    # deterministic for a seed
+    again = build.build_case(name)
+    for key, value in case.inputs.items():
+        if isinstance(value, torch.Tensor):
+            torch.testing.assert_close(value, again.inputs[key], rtol=0, atol=0)
