@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, ExportStageError
 
 #: the file suffix of each backend's artifact
 SUFFIX = {"dynamo": ".pt2", "onnx": ".onnx", "executorch": ".pte"}
@@ -60,7 +60,6 @@ def load_artifact(path: str | os.PathLike) -> Any:
 def save_pte(program: Any, path: str | os.PathLike) -> str:
     """Write an ``ExecutorchProgramManager`` to ``path``: the bytes of ``program.write_to_file``, streamed without a
     contiguous copy; unlike ``ExecutorchProgramManager.save`` it raises instead of logging a failure."""
-    from engine.errors import ExportStageError
     from engine.pte_metadata import meta_of
 
     path = os.fspath(path)

@@ -19,6 +19,7 @@ from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
 from torch.utils._sympy.value_ranges import ValueRanges
 
 from engine.fake_mode import program_shape_env
+from engine.input_checks import user_input_placeholders
 from engine.shapes import config_values
 
 #: config keys that bound a sequence length (looked up in the config and every sub-config)
@@ -116,19 +117,6 @@ def _dim_role(val: torch.Tensor, dim: int) -> str:
     if val.ndim >= 4 and val.is_floating_point() and dim >= val.ndim - 2:
         return "image"
     return "length"
-
-
-def user_input_specs(program: torch.export.ExportedProgram) -> list:
-    from torch.export.graph_signature import InputKind
-
-    return [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
-
-
-def user_input_placeholders(program: torch.export.ExportedProgram) -> list[torch.fx.Node]:
-    from torch.export.graph_signature import TensorArgument
-
-    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    return [nodes[s.arg.name] for s in user_input_specs(program) if isinstance(s.arg, TensorArgument)]
 
 
 _ATTENTION_OPS = ("scaled_dot_product", "_scaled_dot_product")

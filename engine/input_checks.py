@@ -248,6 +248,38 @@ def program_input_names(program: torch.export.ExportedProgram) -> list[str]:
     return names
 
 
+def user_input_specs(program: torch.export.ExportedProgram) -> list:
+    """The program's user input specs (not parameters, buffers or constants), in its flat input order."""
+    from torch.export.graph_signature import InputKind
+
+    return [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+
+
+def user_input_placeholders(program: torch.export.ExportedProgram) -> list[torch.fx.Node]:
+    """The placeholder of each tensor user input (a constant leaf, a ``None`` field, has none), in order."""
+    from torch.export.graph_signature import TensorArgument
+
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    return [nodes[s.arg.name] for s in user_input_specs(program) if isinstance(s.arg, TensorArgument)]
+
+
+def named_user_inputs(program: torch.export.ExportedProgram) -> list[tuple[str, Any]] | None:
+    """``(get_leaf_tensors name, recorded value)`` per user input of ``program``, the value None for a constant
+    leaf; None when the inputs cannot be named so."""
+    from torch.export.graph_signature import TensorArgument
+
+    try:
+        names = program_input_names(program)
+    except Exception:  # noqa: BLE001 - an input structure the names cannot be read from
+        return None
+    specs = user_input_specs(program)
+    if len(specs) != len(names):
+        return None
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    return [(name, nodes[s.arg.name].meta.get("val") if isinstance(s.arg, TensorArgument) else None)
+            for name, s in zip(names, specs)]
+
+
 def _int_bound(value: Any) -> int | None:
     """A range end as an int; None for the infinities (torch's int_oo is neither an int nor a sympy.Integer)."""
     import sympy
@@ -277,22 +309,14 @@ def _dim_spec(size: Any, ranges: Mapping[Any, Any]) -> DimSpec:
 def exported_program_specs(program: torch.export.ExportedProgram) -> list[LeafSpec] | None:
     """A :class:`LeafSpec` per tensor user input of ``program``, named like ``get_leaf_tensors`` names the inputs;
     None when the program's inputs cannot be read so (then only torch's own checks apply)."""
-    from torch.export.graph_signature import InputKind, TensorArgument
-
-    try:
-        names = program_input_names(program)
-    except Exception:
+    named = named_user_inputs(program)
+    if named is None:
         return None
-    user_inputs = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
-    if len(user_inputs) != len(names):
-        return None
-    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     ranges = dict(program.range_constraints)
     specs = []
-    for name, input_spec in zip(names, user_inputs):
-        if not isinstance(input_spec.arg, TensorArgument):
+    for name, val in named:
+        if val is None:
             continue  # a constant leaf (a None field): nothing to feed
-        val = placeholders[input_spec.arg.name].meta.get("val")
         if not isinstance(val, torch.Tensor) or not name:
             return None
         specs.append(LeafSpec(name, val.dtype, tuple(_dim_spec(s, ranges) for s in val.shape)))

@@ -16,9 +16,10 @@ import os
 from pathlib import Path
 
 import torch
-from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
+from torch.export.graph_signature import OutputKind, TensorArgument
 
 from engine.artifact_meta import BARE_OUTPUT, INPUT_LEAVES_KEY, INPUT_PREFIX, OUTPUT_LEAVES_KEY
+from engine.input_checks import user_input_specs
 from engine.pytree import spec_leaf_names
 
 logger = logging.getLogger("engine")
@@ -36,7 +37,7 @@ def io_leaf_names(program: torch.export.ExportedProgram) -> tuple[list[str], lis
     spec = program.call_spec
     # the in-spec is (args, kwargs): leaves are named "0.<i>..." and "1.<kwarg>..."; kwargs keep their own names
     input_names = [name[2:] if name.startswith("1.") else f"args.{name[2:]}" for name in spec_leaf_names(spec.in_spec)]
-    user_inputs = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    user_inputs = user_input_specs(program)
     if len(user_inputs) == len(input_names):  # placeholder names let unused inputs (pruned by torch.onnx) go
         input_names = [(n, s.arg.name) for n, s in zip(input_names, user_inputs) if isinstance(s.arg, TensorArgument)]
     user_outputs = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]

@@ -17,9 +17,9 @@ import torch
 from torch.utils._sympy.value_ranges import bound_sympy
 
 from engine.artifact_meta import META_FORMAT, META_METHOD
-from engine.dim_bounds import user_input_placeholders, user_input_specs
 from engine.errors import ExportStageError
 from engine.fake_mode import program_shape_env
+from engine.input_checks import user_input_placeholders, user_input_specs
 from engine.pytree import iter_leaf_tensors, spec_leaf_names
 from engine.shapes import SpecialisationWarning
 

@@ -59,25 +59,16 @@ def input_guards(program: torch.export.ExportedProgram) -> dict:
     """``{"guards": [python expression, ...], "dims": {symbol: [leaf name, dim]}}`` for ``program``'s guards over
     its input dims (named as :func:`engine.input_checks.program_input_names` names the inputs); guards over other
     symbols (data-dependent sizes) and plain per-dim bounds are left out."""
-    from torch.export.graph_signature import InputKind, TensorArgument
     from torch.utils._sympy.printers import PythonPrinter
 
-    from engine.input_checks import program_input_names
+    from engine.input_checks import named_user_inputs
 
     shape_env = program_shape_env(program)
-    if shape_env is None:
+    named = named_user_inputs(program) if shape_env is not None else None
+    if named is None:  # no shape env, or inputs that cannot be named: no guard can be checked by name
         return {"guards": [], "dims": {}}
-    try:
-        names = program_input_names(program)
-    except Exception:  # noqa: BLE001 - inputs that cannot be named: no guard can be checked by name
-        return {"guards": [], "dims": {}}
-    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    specs = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
     dims: dict[str, list] = {}
-    for name, spec in zip(names, specs):
-        if not isinstance(spec.arg, TensorArgument):
-            continue
-        val = placeholders[spec.arg.name].meta.get("val")
+    for name, val in named:
         for d, size in enumerate(getattr(val, "shape", ())):
             if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
                 dims.setdefault(str(size.node.expr), [name, d])

@@ -29,6 +29,7 @@ from transformers import cache_utils
 from transformers.utils import ModelOutput
 
 from engine.fake_mode import program_shape_env
+from engine.input_checks import user_input_placeholders
 from engine.pytree import is_cache_object, iter_leaf_tensors, pytree_attributes
 
 logger = logging.getLogger("engine")
@@ -189,19 +190,13 @@ def specialised_dims(program: torch.export.ExportedProgram, inputs: Mapping[str,
         return []
     leaves = [(name, t) for key, value in inputs.items() for name, t in iter_leaf_tensors(value, key)]
     leaf_specs = [s for key, value in inputs.items() for s in _leaf_specs(value, dynamic_shapes.get(key))]
-    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    user_tensor_inputs = [
-        spec.arg.name
-        for spec in program.graph_signature.input_specs
-        if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
-        and isinstance(spec.arg, torch.export.graph_signature.TensorArgument)
-    ]
-    if len(user_tensor_inputs) != len(leaves):
-        logger.debug("specialisation report skipped: %d placeholders for %d leaves", len(user_tensor_inputs), len(leaves))
+    placeholders = user_input_placeholders(program)
+    if len(placeholders) != len(leaves):
+        logger.debug("specialisation report skipped: %d placeholders for %d leaves", len(placeholders), len(leaves))
         return []
     out = []
-    for (name, tensor), leaf_spec, placeholder in zip(leaves, leaf_specs, user_tensor_inputs):
-        val = placeholders[placeholder].meta.get("val")
+    for (name, tensor), leaf_spec, placeholder in zip(leaves, leaf_specs, placeholders):
+        val = placeholder.meta.get("val")
         if val is None:
             continue
         for d in _requested_dims(leaf_spec):

@@ -25,7 +25,6 @@ import torch
 
 STAGES = ("build", "eager", "export", "save", "load", "run", "compare")
 EXPORT_FORMATS = {"dynamo": "dynamo", "onnx": "onnx", "executorch": "executorch"}
-SECOND_BATCH = 3
 GENERATE = "generate"  # the shapes label of a generation case
 GENERATE_TOKENS = 8
 #: ExecuTorch plans memory for every dynamic dim's upper bound; at a model's own limits (Gemma3: 4094 tokens)

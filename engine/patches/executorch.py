@@ -23,7 +23,6 @@ from engine.patches.registry import register_fx_node_fix, register_patch
 #: the ExecuTorch releases whose internals these patches were read against: 1.4.1 (the pins) and 1.5.1, whose
 #: patched functions and the helpers they call are unchanged (diffed when following upstream, reports/drift/)
 EXECUTORCH_RANGE = {"executorch": ">=1.4,<1.6"}
-_EXECUTORCH = EXECUTORCH_RANGE
 
 
 # ── Correctness: torch functions the model calls ────────────────────────────────────────────────────────────
@@ -101,7 +100,7 @@ def _rejecting(original, refused):
 @register_patch(
     "executorch",
     "executorch.backends.xnnpack.partition.config.generic_node_configs.UnsqueezeCopyConfig.check_constraints",
-    requires=_EXECUTORCH,
+    requires=EXECUTORCH_RANGE,
 )
 def _patch_unsqueeze_with_several_dynamic_dims(original):
     """Pattern: ``unsqueeze(-1)`` of a tensor with two or more dynamic dims (``[batch, seq] -> [batch, seq, 1]``).
@@ -120,7 +119,7 @@ def _patch_unsqueeze_with_several_dynamic_dims(original):
 @register_patch(
     "executorch",
     "executorch.backends.xnnpack.partition.config.generic_node_configs.GeluConfig.check_constraints",
-    requires=_EXECUTORCH,
+    requires=EXECUTORCH_RANGE,
 )
 def _patch_tanh_gelu_delegated_as_exact_gelu(original):
     """Pattern: ``gelu(x, approximate="tanh")`` (``gelu_pytorch_tanh``/``gelu_new`` in SigLIP, the Gemma family,
@@ -143,7 +142,7 @@ def _patch_tanh_gelu_delegated_as_exact_gelu(original):
     "executorch",
     "executorch.backends.xnnpack.partition.config.gemm_configs.ConvolutionConfig.check_constraints",
     "executorch.backends.xnnpack.partition.config.node_configs.BatchNormConfig.check_constraints",
-    requires=_EXECUTORCH,
+    requires=EXECUTORCH_RANGE,
 )
 def _patch_conv1d_with_several_dynamic_dims(original):
     """Pattern: a node XNNPACK runs as a 1-D convolution over ``[batch, channels, length]`` with two or more of
@@ -211,7 +210,7 @@ def _evaluate_max(expr, syms, spans) -> int | None:
     "executorch",
     "executorch.exir.sym_util.eval_upper_bound",
     "executorch.exir.passes.sym_shape_eval_pass.eval_upper_bound",
-    requires=_EXECUTORCH,
+    requires=EXECUTORCH_RANGE,
 )
 def _patch_loose_upper_bound_of_floordiv_ratios(original):
     """Pattern: sizes that divide a dynamic length by a function of itself (chunked scans, windows):
@@ -240,7 +239,7 @@ def _patch_loose_upper_bound_of_floordiv_ratios(original):
 @register_patch(
     "executorch",
     "executorch.exir.verification.arg_validator.EdgeOpArgValidator.call_function",
-    requires=_EXECUTORCH,
+    requires=EXECUTORCH_RANGE,
 )
 def _patch_dtype_validator_len_of_tensor_list(original):
     """Pattern: an op returning one ``Tensor[]`` (``split_with_sizes_copy``: GPT-2's fused ``qkv.split``) whose
@@ -270,7 +269,7 @@ def _patch_dtype_validator_len_of_tensor_list(original):
 @register_patch(
     "executorch",
     "executorch.backends.xnnpack.partition.config.node_configs.MaxDimConfig.check_constraints",
-    requires=_EXECUTORCH,
+    requires=EXECUTORCH_RANGE,
 )
 def _patch_max_dim_outside_the_serializers_dims(original):
     """Pattern: ``x.max(dim=-1, keepdim=True).values`` on a 4-D tensor (GPT-OSS's attention sinks, MiMo-V2, HY-V4,
@@ -291,7 +290,7 @@ def _patch_max_dim_outside_the_serializers_dims(original):
     return _rejecting(original, refused)
 
 
-@register_patch("executorch", "executorch.exir.verification.verifier._EXECUTORCH_SYM_OPS", requires=_EXECUTORCH)
+@register_patch("executorch", "executorch.exir.verification.verifier._EXECUTORCH_SYM_OPS", requires=EXECUTORCH_RANGE)
 def _patch_edge_verifier_python_sym_functions(original):
     """Pattern: a data-dependent check on a tensor (``torch._check_tensor_all(mask.sum() * h == n)``, as
     transformers' ``torch_compilable_check`` does for LLaVA's image tokens) leaves ``torch.sym_ite`` in the program

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.patches.executorch import EXECUTORCH_RANGE as _EXECUTORCH
+from engine.patches.executorch import EXECUTORCH_RANGE
 from engine.patches.registry import register_patch
 
 
@@ -26,7 +26,7 @@ class _NoRun(torch.fx.Interpreter):
 @register_patch(
     "executorch",
     "executorch.exir.verification.verifier._check_tensor_args_matching_op_allowed_dtype",
-    requires=_EXECUTORCH,
+    requires=EXECUTORCH_RANGE,
 )
 def _patch_edge_dtype_check_from_meta(original):
     """Pattern: the edge verifier's dtype check (``_check_tensor_args_matching_op_allowed_dtype``) runs on every
@@ -108,7 +108,7 @@ def fuse_operator_passes(passes: list, operator_passes: dict[type, bool]) -> lis
             for group in groups]
 
 
-@register_patch("executorch", "executorch.exir.program._program._generate_edge_program", requires=_EXECUTORCH)
+@register_patch("executorch", "executorch.exir.program._program._generate_edge_program", requires=EXECUTORCH_RANGE)
 def _patch_fused_edge_passes(original):
     """Pattern: ``to_edge`` turns the ATen program into the edge dialect with 13 passes, and 9 of them are
     ``ExportPass``es that retrace the whole graph on fake tensors with symbolic shapes, 0.25 to 0.45 s each for a
@@ -173,7 +173,7 @@ def _graph_structure(graph_module: torch.fx.GraphModule) -> list:
     return [(n, n.op, n.target, n.args, n.kwargs) for n in graph_module.graph.nodes]
 
 
-@register_patch("executorch", "executorch.backends.xnnpack._passes.XNNPACKPassManager.transform", requires=_EXECUTORCH)
+@register_patch("executorch", "executorch.backends.xnnpack._passes.XNNPACKPassManager.transform", requires=EXECUTORCH_RANGE)
 def _patch_xnnpack_idle_retraces(original):
     """Pattern: XNNPACK's preprocess runs its 17 graph passes on every delegated partition, and nearly every pass
     ends with ``super().call(graph_module)``: a full retrace of the partition on fake tensors with symbolic
@@ -232,7 +232,7 @@ def _patch_xnnpack_idle_retraces(original):
     return transform
 
 
-@register_patch("executorch", "executorch.exir.lowered_backend_module.legalize_graph", requires=_EXECUTORCH)
+@register_patch("executorch", "executorch.exir.lowered_backend_module.legalize_graph", requires=EXECUTORCH_RANGE)
 def _patch_partition_legalize_without_child_recompiles(original):
     """Pattern: ``create_submodule_from_nodes`` fuses each delegated partition into a ``call_module`` node, then
     re-sorts the whole program with ``legalize_graph(gm)``, which assigns ``gm.graph`` and so recompiles ``gm``
@@ -254,7 +254,7 @@ def _patch_partition_legalize_without_child_recompiles(original):
     return legalize_graph
 
 
-@register_patch("executorch", "executorch.exir.program._program.edge_to_executorch_passes", requires=_EXECUTORCH)
+@register_patch("executorch", "executorch.exir.program._program.edge_to_executorch_passes", requires=EXECUTORCH_RANGE)
 def _patch_spec_prop_reuses_the_dim_order_retrace(original):
     """Pattern: ``to_executorch`` runs ``LegalizePortableDimOrderPass``, an ``ExportPass`` that retraces the whole
     program on fake tensors (inserting a dim-order copy where a portable kernel needs one), and right after it

@@ -107,11 +107,6 @@ def token_id_map(root: Node, vocab: int) -> dict[int, int]:
     return {old: vocab - 1 - i for i, old in enumerate(sorted(ids))}
 
 
-def reserved_ids(root: Node, vocab: int) -> int:
-    """How many ids at the top of the vocab the remap used (input synthesis stays below them)."""
-    return len(token_id_map(root, vocab))
-
-
 # -- steps over the whole tree ---------------------------------------------------------------------------------
 
 
