@@ -50,7 +50,7 @@ _EQUALITY = re.compile(
 def repair_config(root: Node, message: str) -> bool:
     """Edit the raw tree as the config's own validation ``message`` asks; True when something changed."""
     return (_repair_equality(root, message) or _repair_layer_index(root, message)
-            or _repair_required_value(root, message))
+            or _repair_required_value(root, message) or _repair_vocabulary_range(root, message))
 
 
 def _repair_equality(root: Node, message: str) -> bool:
@@ -120,6 +120,23 @@ def _repair_required_value(root: Node, message: str) -> bool:
             node.args[key] = wanted
             changed = True
     return changed
+
+
+# "The audio token range ends at 266440, beyond the vocabulary (`text_config.vocab_size` = 1024)" (Apertus 1.5): the
+# shrunk vocabulary must hold the token ranges the config declares, so it grows to the end of the range.
+_VOCABULARY_RANGE = re.compile(r"ends at (\d+),? (?:beyond|past|outside) the vocabulary \(`([\w.]+)` = (\d+)\)")
+
+
+def _repair_vocabulary_range(root: Node, message: str) -> bool:
+    found = _VOCABULARY_RANGE.search(message)
+    if not found:
+        return False
+    node, key = _resolve(root, found.group(2))
+    end = int(found.group(1))
+    if node is None or int(node.args.get(key) or 0) >= end:
+        return False
+    node.args[key] = end
+    return True
 
 
 # -- model __init__: config overrides -------------------------------------------------------------------------

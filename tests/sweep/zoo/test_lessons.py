@@ -52,6 +52,14 @@ def test_a_value_the_validator_pins_is_set_wherever_the_tree_holds_the_value_it_
     assert root.children["text_config"].args["hidden_size"] == 64
 
 
+def test_a_token_range_past_the_vocabulary_grows_the_vocabulary_to_its_end():
+    root = raw_tree(LlavaConfig())
+    message = "The audio token range ends at 266440, beyond the vocabulary (`text_config.vocab_size` = 1024)."
+    assert lessons.repair_config(root, message)
+    assert root.children["text_config"].args["vocab_size"] == 266440
+    assert not lessons.repair_config(root, message)  # learned once
+
+
 def test_a_validation_message_no_lesson_knows_changes_nothing():
     root = raw_tree(LlavaConfig())
     before = {k: dict(n.args) for k, n in root.children.items()}
