@@ -117,12 +117,16 @@ class ExecutorchConfig(DynamoConfig):
       ``max_position_embeddings`` and the like, or a bound torch.export derived) can plan gigabytes for a tiny
       model; a smaller ``max_seq_len`` plans for that length instead. A dim traced longer keeps its traced
       size as the bound. ``None``: the default bounds.
+    - ``max_planned_tensor_mb``: the largest tensor the program may plan at its dim bounds (MiB). A program over
+      it is refused at export with :class:`~engine.errors.PlannedMemoryError` naming the tensor and the bounds,
+      where the runtime would fail to allocate it or die running it. ``None``: no limit.
     """
 
     export_format: ClassVar[str] = "executorch"
 
     backend: str = "xnnpack"
     max_seq_len: int | None = None
+    max_planned_tensor_mb: int | None = 4096
 
     def __post_init__(self):
         super().__post_init__()
@@ -132,6 +136,9 @@ class ExecutorchConfig(DynamoConfig):
             isinstance(self.max_seq_len, bool) or not isinstance(self.max_seq_len, int) or self.max_seq_len < 2
         ):
             raise ConfigError(f"ExecutorchConfig.max_seq_len must be None or an int >= 2, got {self.max_seq_len!r}")
+        limit = self.max_planned_tensor_mb
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ConfigError(f"ExecutorchConfig.max_planned_tensor_mb must be None or an int >= 1, got {limit!r}")
 
 
 CONFIG_CLASSES: dict[str, type[DynamoConfig]] = {c.export_format: c for c in (DynamoConfig, OnnxConfig, ExecutorchConfig)}

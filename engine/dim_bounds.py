@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils._sympy.numbers import IntInfinity, NegativeIntInfinity
 from torch.utils._sympy.value_ranges import ValueRanges
 
+from engine.errors import PlannedMemoryError
 from engine.fake_mode import program_shape_env
 from engine.input_checks import user_input_placeholders
 from engine.shapes import config_values
@@ -79,16 +81,17 @@ class DimLimits:
     image: tuple[str, int] | None = None  # (config key, limit) for spatial dims of images
     max_seq_len: int | None = None  # ExecutorchConfig.max_seq_len: wins over ``length`` and derived bounds
     stated_shapes: bool = False  # the user passed dynamic_shapes: finite bounds are theirs, never lowered
+    tensor_limit: int | None = None  # bytes: a larger planned tensor is refused (ExecutorchConfig.max_planned_tensor_mb)
 
     @classmethod
     def from_model(cls, model: torch.nn.Module, name: str, max_seq_len: int | None = None,
-                   stated_shapes: bool = False) -> DimLimits:
+                   stated_shapes: bool = False, tensor_limit: int | None = None) -> DimLimits:
         config = getattr(model, "config", None)
         lengths = _config_limits(config, POSITION_KEYS)
         images = _config_limits(config, IMAGE_KEYS)
         # the largest stated limit: a cap above one sub-model's limit costs memory, one below rejects valid inputs
         return cls(name, max(lengths, key=lambda kv: kv[1], default=None), max(images, key=lambda kv: kv[1], default=None),
-                   max_seq_len, stated_shapes)
+                   max_seq_len, stated_shapes, tensor_limit)
 
     def cap(self, role: str, traced: int) -> tuple[int, str]:
         """``(cap, why)`` for a dim of ``role`` (``"batch"``, ``"length"``, ``"image"``) traced at ``traced``."""
@@ -122,31 +125,32 @@ def _dim_role(val: torch.Tensor, dim: int) -> str:
 _ATTENTION_OPS = ("scaled_dot_product", "_scaled_dot_product")
 
 
-def _planned_sizes(program: torch.export.ExportedProgram) -> list[Any]:
+def _planned_sizes(program: torch.export.ExportedProgram) -> dict[Any, str]:
     """The byte size, as an expression in the program's size symbols, of every distinct tensor the program
     computes, plus each attention's score matrix (``query rows x key rows`` per head), which the lowering's
-    decomposition materialises though no node of the exported program holds it."""
+    decomposition materialises though no node of the exported program holds it; each with what it is (the first
+    node that plans it, its shape and dtype)."""
     import sympy
 
-    sizes: set[Any] = set()
+    sizes: dict[Any, str] = {}
 
-    def add(shape, dtype) -> None:
+    def add(shape, dtype, what: str) -> None:
         numel = sympy.Integer(1)
         for size in shape:
             numel *= size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(int(size))
         if numel.free_symbols:
-            sizes.add(numel * dtype.itemsize)
+            sizes.setdefault(numel * dtype.itemsize, f"{what} {list(shape)} {str(dtype).removeprefix('torch.')}")
 
     for node in program.graph.nodes:
         val = node.meta.get("val")
         for tensor in val if isinstance(val, (list, tuple)) else (val,):
             if isinstance(tensor, torch.Tensor):
-                add(tensor.shape, tensor.dtype)
+                add(tensor.shape, tensor.dtype, f"{node.name!r}")
         if node.op == "call_function" and any(k in str(node.target) for k in _ATTENTION_OPS) and len(node.args) >= 2:
             q, k = (getattr(a, "meta", {}).get("val") for a in node.args[:2])
             if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.ndim >= 2 and k.ndim >= 2:
-                add((*q.shape[:-1], k.shape[-2]), q.dtype)
-    return sorted(sizes, key=str)
+                add((*q.shape[:-1], k.shape[-2]), q.dtype, f"the attention scores of {node.name!r}")
+    return dict(sorted(sizes.items(), key=lambda kv: str(kv[0])))
 
 
 def _fit_to_budget(sizes: list[Any], caps: dict[Any, int], floors: dict[Any, int], fixed: Callable[[Any, dict], int],
@@ -185,7 +189,8 @@ def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits)
     except that ``ExecutorchConfig.max_seq_len`` lowers a sequence dim's bound above it (Gemma3's guards bound
     the length by 4094, and its attention scores then plan 2 GiB each). One :class:`UnboundedDimWarning` lists
     the caps. Both ``range_constraints`` (verifiers) and the shape env's ``var_to_range`` (read by ExecuTorch's
-    ``ConstraintBasedSymShapeEvalPass``) are updated.
+    ``ConstraintBasedSymShapeEvalPass``) are updated. A program whose largest planned tensor is still over
+    ``limits.tensor_limit`` at the bounds chosen is refused (:func:`refuse_unrunnable_plan`).
     Upstream: TODO: upstream issue not found (int_oo bounds are torch.export's documented Dim.AUTO behaviour).
     """
     shape_env = program_shape_env(program)
@@ -199,9 +204,9 @@ def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits)
             return int(vr.upper)
         return max((c for s, c in chosen.items() if s not in derived or c < caps[s][0]), default=MIN_LENGTH_CAP)
 
-    largest = 0
+    largest, planned = 0, _planned_sizes(program)
     if caps:
-        chosen, largest = _fit_to_budget(_planned_sizes(program), {s: c for s, (c, _, _) in caps.items()},
+        chosen, largest = _fit_to_budget(planned, {s: c for s, (c, _, _) in caps.items()},
                                          {s: f for s, f in floors.items() if f < caps[s][0]}, unbounded)
         for sym, cap in chosen.items():
             if cap < caps[sym][0]:
@@ -223,6 +228,60 @@ def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits)
                     internal.add(sym)
     if caps:
         _warn_caps(limits.model, caps, len(internal), fallback, largest)
+    refuse_unrunnable_plan(program, planned, limits, caps)
+
+
+def refuse_unrunnable_plan(program: torch.export.ExportedProgram, planned: Mapping[Any, str], limits: DimLimits,
+                           caps: Mapping[Any, tuple[int, str, str]]) -> None:
+    """Raise :class:`PlannedMemoryError` when a tensor the program plans at its final dim bounds is larger than
+    ``limits.tensor_limit`` bytes.
+
+    ExecuTorch sizes every planned buffer for the upper bounds once, at load, and XNNPACK sizes its workspace from
+    the same bounds: a small Mamba at unstated real limits (batch 52, 256 tokens) plans a 13 GiB scan intermediate,
+    and the run fails inside XNNPACK (``xnn_status_out_of_memory``, error 0x1) or the process dies; a Gemma 2 at
+    its 8k positions plans 13 GiB of attention scores and ``bad_alloc``s at load. Such a program cannot run where
+    it is meant to, so it is refused at export, naming the tensor and the bounds it follows, with how to lower
+    them; the budget above keeps the bounds nobody stated under the limit, so only stated bounds reach it."""
+    if limits.tensor_limit is None:
+        return
+    ranges = program._range_constraints
+    env = program_shape_env(program)
+    env_ranges = env.var_to_range if env is not None else {}
+
+    def upper(sym) -> int:
+        vr = ranges.get(sym, env_ranges.get(sym))
+        return int(vr.upper) if vr is not None and not isinstance(vr.upper, IntInfinity) else MIN_LENGTH_CAP
+
+    # a size with a data-dependent symbol (``u0``: a nonzero count) has no bound to read: not judged here
+    sizes = [e for e in planned if not free_unbacked_symbols(e)]
+    if not sizes:
+        return
+    largest, expr = max(((int(e.xreplace({s: upper(s) for s in e.free_symbols})), e) for e in sizes), key=lambda t: t[0])
+    if largest <= limits.tensor_limit:
+        return
+    names = {sym: where for sym, (_, _, where) in caps.items()} | _input_dim_names(program)
+    follows = ", ".join(f"{names.get(sym, sym)} <= {upper(sym)}" for sym in sorted(expr.free_symbols, key=lambda s: names.get(s, str(s))))
+    raise PlannedMemoryError(
+        f"{limits.model}: at its dim bounds the ExecuTorch program plans {planned[expr]} of {_mib_or_gib(largest)}, "
+        f"over the {limits.tensor_limit >> 20} MiB limit (ExecutorchConfig.max_planned_tensor_mb): the runtime could "
+        f"not allocate it, or would fail or die running it. Its size follows {follows}. Lower those bounds "
+        "(ExecutorchConfig.max_seq_len, or dynamic_shapes with torch.export.Dim(max=)), or raise "
+        "max_planned_tensor_mb if the device has the memory.")
+
+
+def _mib_or_gib(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.0f} MiB"
+
+
+def _input_dim_names(program: torch.export.ExportedProgram) -> dict[Any, str]:
+    """``{symbol: "input dim d"}`` for the program's symbolic input dims (the first input naming each)."""
+    names: dict[Any, str] = {}
+    for node in user_input_placeholders(program):
+        val = node.meta.get("val")
+        for d, size in enumerate(getattr(val, "shape", ()) if isinstance(val, torch.Tensor) else ()):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_symbol:
+                names.setdefault(size.node.expr, f"{node.name} dim {d}")
+    return names
 
 
 def _input_dim_caps(program: torch.export.ExportedProgram, limits: DimLimits, upper: Callable[[Any], Any]):

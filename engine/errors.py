@@ -28,6 +28,11 @@ class MissingDependencyError(ExportSweepError, ImportError):
     """An optional backend package is not installed; the message names the extra to install."""
 
 
+class PlannedMemoryError(ExportSweepError, ValueError):
+    """An ExecuTorch program would plan a tensor larger than the runtime can be given at the dim bounds chosen:
+    refused at export (the runtime fails to allocate it, or XNNPACK runs out of memory or the process dies at run)."""
+
+
 class ExportStageError(ExportSweepError, RuntimeError):
     """A pipeline stage raised. ``stage`` names it (e.g. ``"export"``, ``"lower"``, ``"run"``)."""
 

@@ -9,6 +9,7 @@ registries active) and add their lowering after it.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -24,11 +25,20 @@ from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_pa
 from engine.prepare import model_name, prepare_for_export
 from engine.pytree import register_pytree_nodes
 from engine.shape_guards import warn_for_program
-from engine.shapes import auto_dynamic_shapes, relax_floor_derived_lower_bounds, specialised_dims, warn_specialised
+from engine.shapes import (
+    auto_dynamic_shapes,
+    relax_floor_derived_lower_bounds,
+    specialised_dims,
+    warn_specialised,
+    widen_unit_dims,
+)
 from engine.signature import flat_forward, restore_module_state
 from engine.versions import warn_on_version_drift
 
 logger = logging.getLogger("engine")
+
+#: a program traced with size-1 dims at 2 is kept only if it computes the eager outputs at the sample within this
+SAMPLE_TOLERANCE = 1e-4
 
 
 class DynamoExporter:
@@ -74,6 +84,46 @@ class DynamoExporter:
         model, inputs, flags = prepare_for_export(model, inputs)
         name = model_name(model)
 
+        # ── 2d: Dynamic shapes (computed first: the sample a size-1 dim is traced at depends on them) ───────
+        dynamic_shapes = config.dynamic_shapes
+        auto_shapes = dynamic_shapes is None and config.dynamic
+        if auto_shapes:
+            dynamic_shapes = auto_dynamic_shapes(inputs, getattr(model, "config", None))
+
+        # torch.export specialises a dim traced at size 1 (a one-token decoder prompt, a batch of one): such dims
+        # are traced at 2 instead, and that program is kept where it reproduces the eager outputs at the sample
+        program = None
+        widened = widen_unit_dims(inputs, dynamic_shapes) if auto_shapes else None
+        if widened is not None:
+            try:
+                program = self._trace_at(model, widened, flags, dynamic_shapes, config)
+            except Exception as e:  # the model requires the size 1 (a channel count, a placeholder count): as sampled
+                logger.debug("%s: tracing size-1 dims at 2 failed (%s: %s); traced as sampled", name, type(e).__name__, e)
+            if program is not None and not self._reproduces_sample(program, model, inputs, flags):
+                logger.debug("%s: the program traced with size-1 dims at 2 differs at the sample; traced as sampled", name)
+                program = None
+        if program is None:
+            try:
+                program = self._trace_at(model, inputs, flags, dynamic_shapes, config)
+            except Exception as e:
+                raise ExportStageError("export", name, e) from e
+
+        # ── 2f: Lower bounds: what the 0/1-specialisation floor made checked (dynamic=True specs only) ─────
+        if auto_shapes:
+            relaxed = relax_floor_derived_lower_bounds(program)
+            if relaxed:
+                logger.debug("%s: lower bounds derived from the floor of 2 relaxed: %s", name, relaxed)
+
+        # ── 2g: Specialisation report, and the guards the model's code left on the dynamic dims ──────────
+        if dynamic_shapes is not None:
+            warn_specialised(name, specialised_dims(program, inputs, dynamic_shapes))
+            warn_for_program(name, program)
+        return program
+
+    def _trace_at(self, model: torch.nn.Module, inputs: Mapping[str, Any], flags: Mapping[str, Any], dynamic_shapes: Any,
+                  config: DynamoConfig) -> torch.export.ExportedProgram:
+        """Steps 2a-2c and 2e around :meth:`export_program`, for one sample."""
+        name = model_name(model)
         with contextlib.ExitStack() as stack:
             # ── 2a: Forward-signature flattening ────────────────────────────────────────────────────────────
             # kwargs become an explicit signature; output flags are bound as constants.
@@ -89,34 +139,38 @@ class DynamoExporter:
             # Every loaded Cache/cache-layer class, and any ModelOutput type among the inputs.
             register_pytree_nodes(inputs)
 
-            # ── 2d: Dynamic shapes ──────────────────────────────────────────────────────────────────────────
-            dynamic_shapes = config.dynamic_shapes
-            auto_shapes = dynamic_shapes is None and config.dynamic
-            if auto_shapes:
-                dynamic_shapes = auto_dynamic_shapes(inputs, getattr(model, "config", None))
-
             # ── 2e: Model state clean-up, around torch.export ───────────────────────────────────────────────
             # Attributes and buffers the trace leaves as FakeTensors are restored on exit.
             stack.enter_context(restore_module_state(model))
 
+            with fake_dispatch_cache_off_while_tracing():
+                program = self.export_program(model, inputs, dynamic_shapes, config)
+            restore_fake_dispatch_cache(program)
+            return program
+
+    @staticmethod
+    def _reproduces_sample(program: torch.export.ExportedProgram, model: torch.nn.Module, inputs: Mapping[str, Any],
+                           flags: Mapping[str, Any]) -> bool:
+        """Whether ``program`` (traced at a widened sample) accepts the sample itself (its shape guards hold there:
+        the runners of ONNX and ExecuTorch check them) and computes the eager outputs there at the tolerance the
+        sweep checks (1e-4): the branch a size-1 dim would take in the model's code is the one the program has, or
+        the sample falls back to being traced as it is."""
+        from engine.compare import compare_leaves
+        from engine.errors import InputError
+        from engine.pytree import get_leaf_tensors
+        from engine.shape_guards import check, program_guards
+
+        try:  # a guard the widened trace took that the sample breaks (Mllama: images x batch != tiles' batch)
+            check(model_name(model), program_guards(program), get_leaf_tensors(dict(inputs)))
+        except InputError:
+            return False
+        with torch.no_grad():
             try:
-                with fake_dispatch_cache_off_while_tracing():
-                    program = self.export_program(model, inputs, dynamic_shapes, config)
-                restore_fake_dispatch_cache(program)
-            except Exception as e:
-                raise ExportStageError("export", name, e) from e
-
-        # ── 2f: Lower bounds: what the 0/1-specialisation floor made checked (dynamic=True specs only) ─────
-        if auto_shapes:
-            relaxed = relax_floor_derived_lower_bounds(program)
-            if relaxed:
-                logger.debug("%s: lower bounds derived from the floor of 2 relaxed: %s", name, relaxed)
-
-        # ── 2g: Specialisation report, and the guards the model's code left on the dynamic dims ──────────
-        if dynamic_shapes is not None:
-            warn_specialised(name, specialised_dims(program, inputs, dynamic_shapes))
-            warn_for_program(name, program)
-        return program
+                expected = get_leaf_tensors(model(**copy.deepcopy(dict(inputs)), **flags))
+                got = get_leaf_tensors(program.module()(**copy.deepcopy(dict(inputs))))
+            except Exception:  # the program rejects the sample (a guard the widened trace took)
+                return False
+        return compare_leaves(expected, got, atol=SAMPLE_TOLERANCE, rtol=SAMPLE_TOLERANCE).ok
 
     def export_program(self, model: torch.nn.Module, inputs: Mapping[str, Any], dynamic_shapes: Any,
                        config: DynamoConfig) -> torch.export.ExportedProgram:

@@ -129,7 +129,9 @@ class ExecutorchExporter(DynamoExporter):
         guards = program_guards(program)  # what the model's code assumed of the traced sizes, checked by the runner
 
         # ── Stage 3: Fix the program: finite dim bounds for memory planning, then the FX fixes ──────
-        bound_dynamic_dims(program, DimLimits.from_model(model, name, config.max_seq_len, config.dynamic_shapes is not None))
+        tensor_limit = config.max_planned_tensor_mb << 20 if config.max_planned_tensor_mb is not None else None
+        bound_dynamic_dims(program, DimLimits.from_model(model, name, config.max_seq_len, config.dynamic_shapes is not None,
+                                                         tensor_limit))
         apply_fx_program_fixes("executorch", program)
         apply_fx_node_fixes("executorch", program.graph_module)
         before = program_metadata(program, traced_inputs, name, config.backend)

@@ -152,6 +152,31 @@ def auto_dynamic_shapes(inputs: Mapping[str, Any], model_config: Any = None) -> 
     return {name: spec(value) for name, value in inputs.items()}
 
 
+def widen_unit_dims(inputs: Mapping[str, Any], dynamic_shapes: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``inputs`` with every dim of size 1 that ``dynamic_shapes`` marks ``Dim.AUTO`` repeated to size 2, for the
+    top-level tensors (a cache's dims are left as they are); ``None`` when there is none.
+
+    Pattern: torch.export specialises a dynamic dim traced at size 0 or 1 (its 0/1 specialisation), so a Whisper
+    exported with a one-token decoder prompt rejected three tokens ("Guard failed: decoder_input_ids.size()[1] ==
+    1"). ``backed_size_oblivious``, torch's experimental switch for it, does not hold through transformers' code
+    on torch 2.13: ``contiguous()``, ``layer_norm`` and SDPA each guard the size back to 1 (and the SDPA
+    integration's ``q_length > 1`` becomes a ``SymBool`` SDPA rejects). A sample with the size-1 slice twice is a
+    valid input of the same kinds (ids, masks, features); the program traced at it runs the size-1 sample as any
+    program runs a size under torch.export's unchecked floor of 2, and the exporter keeps it only where it
+    reproduces the eager outputs at the sample (:meth:`~engine.exporter_dynamo.DynamoExporter.trace`)."""
+    widened, changed = dict(inputs), False
+    for name, value in inputs.items():
+        spec = dynamic_shapes.get(name) if isinstance(dynamic_shapes, Mapping) else None
+        if not isinstance(value, torch.Tensor) or not isinstance(spec, Mapping):
+            continue
+        for dim, hint in spec.items():
+            if hint is Dim.AUTO and value.shape[dim] == 1:
+                value = torch.cat([value, value], dim=dim)
+                changed = True
+        widened[name] = value
+    return widened if changed else None
+
+
 def _leaf_specs(value: Any, spec: Any) -> list[Any]:
     """The spec of each tensor leaf of ``value``, in flatten order (``None`` where none was given)."""
     if isinstance(value, torch.Tensor):

@@ -16,6 +16,7 @@ from transformers import PretrainedConfig
 from engine import (
     ExecutorchConfig,
     InputError,
+    PlannedMemoryError,
     get_leaf_tensors,
     run_exported,
 )
@@ -168,6 +169,25 @@ def test_fitting_to_the_budget_lowers_only_what_may_move_and_stops_at_the_first_
 
 
 # ── Real-size configs with the documented call: bounded memory, no native crash ───────────────────────
+
+def test_a_plan_the_runtime_cannot_run_is_refused_at_export_naming_the_tensor_and_its_bounds():
+    """A small Mamba whose stated max_seq_len of 4096 (never lowered by the budget) makes its closed-form scan plan
+    a [batch, 128, seq, seq, 8] intermediate of 1.6 TiB at batch <= 26: without the limit it exported, then
+    XNNPACK ran out of memory at run (0x1; at the unstated bounds of 256 tokens and batch 52, 13 GiB) or the
+    process died. Refused before lowering, with the bounds it follows. The limit is the user's: at 16 tokens and
+    batch 52 the plan is 52 MiB (within the 64 MiB budget, no bound lowered), refused under a 16 MiB limit."""
+    tiny = REAL_LIMIT_MODELS["mamba"]
+    model = tiny.model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(PlannedMemoryError, match=r"MambaForCausalLM: at its dim bounds the ExecuTorch program plans "
+                                                     r"'\w+' \[.*\] float32 of 1664\.0 GiB, over the 4096 MiB limit "
+                                                     r".*follows input_ids dim 0 <= 26, input_ids dim 1 <= 4096"):
+            ExecutorchExporter().export(model, tiny.inputs("trace"), config=ExecutorchConfig(dynamic=True, max_seq_len=4096))
+        with pytest.raises(PlannedMemoryError, match=r"of 52 MiB, over the 16 MiB limit .*input_ids dim 0 <= 52, input_ids dim 1 <= 16\."):
+            ExecutorchExporter().export(model, tiny.inputs("trace"),
+                                        config=ExecutorchConfig(dynamic=True, max_seq_len=16, max_planned_tensor_mb=16))
+
 
 _REAL_LIMITS = r'''
 import json, resource, sys, warnings

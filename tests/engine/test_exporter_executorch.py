@@ -106,6 +106,12 @@ def test_max_seq_len_must_be_an_int_of_at_least_two(bad):
         ExecutorchConfig(max_seq_len=bad)
 
 
+@pytest.mark.parametrize("bad", [0, -1, "4096", True, 1.5])
+def test_max_planned_tensor_mb_must_be_a_positive_int(bad):
+    with pytest.raises(ConfigError, match=r"ExecutorchConfig.max_planned_tensor_mb must be None or an int >= 1, got"):
+        ExecutorchConfig(max_planned_tensor_mb=bad)
+
+
 def test_auto_classes_pick_the_executorch_exporter():
     config = AutoExportConfig.from_dict({"export_format": "executorch", "backend": "xnnpack", "dynamic": True})
     assert isinstance(config, ExecutorchConfig)

@@ -137,3 +137,85 @@ def test_an_infinite_lower_bound_is_left_alone():
     program.range_constraints[symbol] = ValueRanges(int_oo, int_oo)
     relaxed = relax_floor_derived_lower_bounds(program)
     assert symbol not in relaxed and program.range_constraints[symbol].lower == int_oo
+
+
+# ── Size-1 sample dims: traced at 2, kept dynamic where the program reproduces the sample ──────────────
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from engine.shapes import widen_unit_dims  # noqa: E402
+
+
+@settings(max_examples=50, deadline=None)
+@given(shape=st.lists(st.integers(1, 3), min_size=1, max_size=4), marked=st.lists(st.booleans(), min_size=4, max_size=4))
+def test_widening_doubles_exactly_the_marked_size_one_dims_and_keeps_every_value(shape, marked):
+    value = torch.arange(torch.Size(shape).numel()).reshape(shape)
+    spec = {d: Dim.AUTO for d in range(len(shape)) if marked[d]}
+    widened = widen_unit_dims({"x": value, "flag": True}, {"x": spec, "flag": None})
+    grown = [d for d in spec if shape[d] == 1]
+    if not grown:
+        assert widened is None
+        return
+    out = widened["x"]
+    assert list(out.shape) == [2 if d in grown else n for d, n in enumerate(shape)]
+    assert widened["flag"] is True
+    for d in grown:  # each widened dim holds the sample's slice twice
+        assert torch.equal(out.narrow(d, 0, 1), out.narrow(d, 1, 1))
+    assert torch.equal(out[tuple(slice(0, 1) if d in grown else slice(None) for d in range(len(shape)))], value)
+
+
+def test_a_dim_with_a_static_spec_or_inside_a_cache_is_not_widened():
+    from transformers import cache_utils
+
+    layer = cache_utils.DynamicLayer()
+    layer.keys = layer.values = torch.zeros(1, 2, 1, 4)
+    assert widen_unit_dims({"x": torch.zeros(1, 5), "cache": layer}, {"x": {1: Dim.AUTO}, "cache": [{0: Dim.AUTO}]}) is None
+
+
+class _BranchesOnOne(torch.nn.Module):
+    """Takes another path when the length is 1 (as code that squeezes a single step does)."""
+
+    def forward(self, x):
+        return x * 2 if x.shape[1] == 1 else x + 1
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "onnx", "executorch"])
+def test_a_one_token_decoder_prompt_stays_dynamic_and_runs_at_three_tokens(backend):
+    """Whisper exported with a one-token decoder prompt (generate()'s first call): torch.export specialised the
+    length to 1 and the program rejected three tokens ("Guard failed: decoder_input_ids.size()[1] == 1"). Traced at
+    two, it runs one and three, matching eager, on every backend; only the features' model constants stay static."""
+    import warnings
+
+    from engine import AutoExporter, SpecialisationWarning, run_exported
+    from engine.compare import compare_leaves
+    from tests.engine.tiny_models import TINY_MODELS, eager_leaves
+
+    if backend == "executorch":
+        pytest.importorskip("executorch", reason="the executorch extra is not installed")
+    tiny = TINY_MODELS["whisper"]
+    model = tiny.model()
+    config = {"export_format": backend, "dynamic": True}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        artifact = AutoExporter.from_config(config).export(model, tiny.make_inputs(2, 1, 0), config=config)
+    static = [str(w.message) for w in caught if issubclass(w.category, SpecialisationWarning)]
+    assert static and "decoder_input_ids" not in static[0], static
+    for batch, tokens in ((2, 1), (3, 3)):
+        inputs = tiny.make_inputs(batch, tokens, 1)
+        comparison = compare_leaves(eager_leaves(model, inputs), run_exported(artifact, inputs), atol=1e-4, rtol=1e-4)
+        assert comparison.ok, f"{tokens} tokens: {comparison}"
+
+
+def test_a_size_one_dim_the_model_branches_on_is_traced_as_sampled_and_named():
+    """A program traced at 2 would add 1 where the model doubles a length-1 input: it does not reproduce the sample,
+    so the sample is traced as it is, and the specialised dim is named as before."""
+    import warnings
+
+    from engine import DynamoExporter, SpecialisationWarning, run_exported
+
+    x = torch.randn(2, 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program = DynamoExporter().export(_BranchesOnOne(), {"x": x}, config={"dynamic": True})
+    assert torch.equal(run_exported(program, {"x": x})[""], x * 2)  # a bare tensor output is the leaf ""
+    assert any("x dim 1 (traced size 1)" in str(w.message) for w in caught if issubclass(w.category, SpecialisationWarning))
