@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from sweep import shared_build
+
 STAGES = ("build", "eager", "export", "save", "load", "run", "compare")
 EXPORT_FORMATS = {"dynamo": "dynamo", "onnx": "onnx", "executorch": "executorch"}
 GENERATE = "generate"  # the shapes label of a generation case
@@ -201,32 +203,33 @@ def run_case(spec: dict[str, Any], progress: Callable[[str], None] = lambda stag
     enter = clock.enter
     result: dict[str, Any] = {"status": "pass", "stage": None, "seconds": clock.seconds}
 
+    shared = Path(spec["shared_build"]) if spec.get("shared_build") else None
+    claimed = False
     try:
         enter("build")
-        case = _build(spec)
+        # with several backends, one case per class builds and runs eager; the others load what it stored
+        payload, claimed = shared_build.claim_or_load(shared) if shared else (None, False)
+        case = payload["case"] if payload else _build(spec)
         result.update(model_type=case.model_type, mappings=list(case.mappings), num_parameters=case.num_parameters)
         if spec["shapes"] == GENERATE:
             _run_generation(spec, case, enter, result)
             return result
-        shapes = [("traced", case.inputs)]
-        if spec["shapes"] == "dynamic" and spec["backend"] != "eager":
-            shapes.append(("second", second_shape(case.inputs)))
-
-        enter("eager")
-        expected = {}
-        for label, inputs in shapes:
-            try:
-                expected[label] = _eager(case.model, inputs)
-            except Exception as e:  # the second shape is ours, not the model's: fall back to batch only
-                if label == "traced":
-                    raise
-                fallback = second_shape(case.inputs, drop_tokens=0)
-                try:
-                    expected[label] = _eager(case.model, fallback)
-                    shapes[1] = ("second", fallback)
-                except Exception:
-                    shapes.pop()
-                    result["second_shape"] = f"not run: eager rejects it ({type(e).__name__}: {str(e)[:200]})"
+        second = spec["shapes"] == "dynamic" and spec["backend"] != "eager"
+        if payload:
+            shapes, expected = payload["shapes"], payload["expected"]
+            result.update(payload["notes"], shared_build="loaded")
+        else:
+            enter("eager")
+            # a case building for the other backends also runs the second shape they compare
+            shapes, expected = _eager_shapes(case, second or (claimed and spec.get("shared_second", False)), result)
+            if claimed:
+                notes = {k: result[k] for k in ("second_shape",) if k in result}
+                stored = shared_build.store(shared, {"case": case, "shapes": shapes, "expected": expected, "notes": notes})
+                result["shared_build"] = "stored" if stored else "not stored: the case cannot be pickled"
+                claimed = False
+        if not second:  # this case compares the traced sample only
+            shapes = shapes[:1]
+            result.pop("second_shape", None)
         if spec["backend"] == "eager":
             return result
 
@@ -272,4 +275,29 @@ def run_case(spec: dict[str, Any], progress: Callable[[str], None] = lambda stag
         )
     finally:
         clock.stop()
+        if claimed:  # it failed before storing: the class's other cases build it themselves
+            shared_build.give_up(shared)
     return result
+
+
+def _eager_shapes(case: Any, second: bool, result: dict[str, Any]) -> tuple[list[tuple[str, dict]], dict[str, dict]]:
+    """The shapes a case compares (the traced sample, and the second shape when ``second``) and eager's outputs
+    at each; a second shape eager rejects falls back to batch only, or is dropped with a note in ``result``."""
+    shapes = [("traced", case.inputs)]
+    if second:
+        shapes.append(("second", second_shape(case.inputs)))
+    expected = {}
+    for label, inputs in shapes:
+        try:
+            expected[label] = _eager(case.model, inputs)
+        except Exception as e:  # the second shape is ours, not the model's: fall back to batch only
+            if label == "traced":
+                raise
+            fallback = second_shape(case.inputs, drop_tokens=0)
+            try:
+                expected[label] = _eager(case.model, fallback)
+                shapes[1] = ("second", fallback)
+            except Exception:
+                shapes.pop()
+                result["second_shape"] = f"not run: eager rejects it ({type(e).__name__}: {str(e)[:200]})"
+    return shapes, expected

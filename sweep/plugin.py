@@ -89,6 +89,7 @@ class SweepSettings:
     selection: str = "all"  # what --models selected; rows record it (compare treats a partial run as a subset)
     strict_skiplists: bool = False
     rows: list[dict] = field(default_factory=list)  # controller side: rows seen this session
+    shared_dir: Path | None = None  # several backends: the run's folder of built classes (sweep.shared_build)
 
     @property
     def rows_path(self) -> Path:
@@ -240,7 +241,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SETTINGS] = settings
     if hasattr(config, "workerinput"):  # the controller decided what is done (see pytest_configure_node)
         settings.done = set(config.workerinput.get("sweep_done", ()))
+        shared = config.workerinput.get("sweep_shared")
+        settings.shared_dir = Path(shared) if shared else None
         return
+    if len(settings.backends) > 1:  # one build and eager run per class (a folder of this run's own)
+        import tempfile
+
+        settings.shared_dir = Path(tempfile.mkdtemp(prefix="export-sweep-shared-"))
     # Rows are never deleted: every run appends, and a case's latest row is its result (sweep.results). So two
     # sweeps sharing a folder, --lf, -k and --collect-only keep every other case's row. --resume skips the cases
     # that already have one.
@@ -263,6 +270,7 @@ def pytest_configure_node(node) -> None:
     settings = node.config.stash.get(_SETTINGS, None)
     if settings is not None:
         node.workerinput["sweep_done"] = sorted(settings.done)
+        node.workerinput["sweep_shared"] = str(settings.shared_dir) if settings.shared_dir else None
 
 
 # ─── Collection ──────────────────────────────────────────────────────────────────────────────────
@@ -381,7 +389,7 @@ def sweep_run(request: pytest.FixtureRequest):
         if skipped:
             result = {"status": "skip", "skip_reason": f"skiplist: {spec['skiplist']}"}
         else:
-            result = run_isolated(run_case, spec, settings.timeout)
+            result = run_isolated(run_case, _with_shared_build(spec, settings), settings.timeout)
         if result.get("error_type") == "missing_dependency" and not installable(result.get("package")):
             result["status"] = "skip"
             result["skip_reason"] = f"needs {result.get('package')}, which cannot be installed here"
@@ -412,6 +420,18 @@ def sweep_run(request: pytest.FixtureRequest):
         return row
 
     return run
+
+
+def _with_shared_build(spec: dict, settings: SweepSettings) -> dict:
+    """The spec with its class's shared file (several backends; not for generation cases); not part of the
+    fingerprint: where a case loads its built class from does not change its result."""
+    from sweep.case import GENERATE
+    from sweep.shared_build import class_file
+
+    if settings.shared_dir is None or spec["shapes"] == GENERATE:
+        return spec
+    return {**spec, "shared_build": str(class_file(settings.shared_dir, spec["model"], spec.get("seed", 0))),
+            "shared_second": "dynamic" in settings.shapes}
 
 
 #: lines of the error message shown per failing case at the default --tb=auto (--tb=short: 3, line: 1)
@@ -453,6 +473,7 @@ class _Progress:
     started: float = field(default_factory=time.time)
     done: int = 0
     last: float = field(default_factory=time.time)
+    left: Counter = field(default_factory=Counter)  # cases of each class not reported yet
 
     def line(self, now: float) -> str:
         elapsed = now - self.started
@@ -489,7 +510,14 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
     progress = config.stash.setdefault(_PROGRESS, _Progress(0))
     if not progress.total:  # the cases this run selected (xdist's controller collects none itself)
         progress.total = max(1, _selected_cases(settings))
+        progress.left = Counter(p.values[0]["model"] for p in _cases(settings) if _selected(settings, p.id))
     progress.done += 1
+    model = report.nodeid.split("[", 1)[1].rsplit("-", 2)[0]
+    progress.left[model] -= 1
+    if settings.shared_dir is not None and progress.left[model] <= 0:  # all the class's cases reported
+        from sweep.shared_build import class_file, remove
+
+        remove(class_file(settings.shared_dir, model, 0))
     now = time.time()
     if now - progress.last >= PROGRESS_EVERY and progress.done < progress.total:
         progress.last = now
@@ -511,6 +539,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if _stale_entries(_ROWS_SEEN) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run's folder of built classes goes with the run (the controller made it; crashes included)."""
+    settings = config.stash.get(_SETTINGS, None)
+    if settings is not None and settings.shared_dir is not None and not hasattr(config, "workerinput"):
+        import shutil
+
+        shutil.rmtree(settings.shared_dir, ignore_errors=True)
 
 
 def _write_reuse_summary(tr, rows: list[dict], source: Path) -> None:
