@@ -228,11 +228,10 @@ def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits)
                     internal.add(sym)
     if caps:
         _warn_caps(limits.model, caps, len(internal), fallback, largest)
-    refuse_unrunnable_plan(program, planned, limits, caps)
+    refuse_unrunnable_plan(program, planned, limits)
 
 
-def refuse_unrunnable_plan(program: torch.export.ExportedProgram, planned: Mapping[Any, str], limits: DimLimits,
-                           caps: Mapping[Any, tuple[int, str, str]]) -> None:
+def refuse_unrunnable_plan(program: torch.export.ExportedProgram, planned: Mapping[Any, str], limits: DimLimits) -> None:
     """Raise :class:`PlannedMemoryError` when a tensor the program plans at its final dim bounds is larger than
     ``limits.tensor_limit`` bytes.
 
@@ -259,8 +258,9 @@ def refuse_unrunnable_plan(program: torch.export.ExportedProgram, planned: Mappi
     largest, expr = max(((int(e.xreplace({s: upper(s) for s in e.free_symbols})), e) for e in sizes), key=lambda t: t[0])
     if largest <= limits.tensor_limit:
         return
-    names = {sym: where for sym, (_, _, where) in caps.items()} | _input_dim_names(program)
-    follows = ", ".join(f"{names.get(sym, sym)} <= {upper(sym)}" for sym in sorted(expr.free_symbols, key=lambda s: names.get(s, str(s))))
+    names = _input_dim_names(program)
+    follows = ", ".join(f"{names.get(sym, sym)} <= {upper(sym)}"
+                        for sym in sorted(expr.free_symbols, key=lambda s: names.get(s, str(s))))
     raise PlannedMemoryError(
         f"{limits.model}: at its dim bounds the ExecuTorch program plans {planned[expr]} of {_mib_or_gib(largest)}, "
         f"over the {limits.tensor_limit >> 20} MiB limit (ExecutorchConfig.max_planned_tensor_mb): the runtime could "
