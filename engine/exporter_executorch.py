@@ -32,7 +32,7 @@ from engine.dim_bounds import DimLimits, bound_dynamic_dims
 from engine.executorch_lowering import lower
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches
 from engine.prepare import model_name, split_inputs
-from engine.pte_metadata import program_metadata, warn_specialised_by_lowering
+from engine.pte_metadata import drop_none_outputs, program_metadata, tensor_output_names, warn_specialised_by_lowering
 from engine.shape_guards import program_guards
 
 logger = logging.getLogger("engine")
@@ -135,6 +135,7 @@ class ExecutorchExporter(DynamoExporter):
         apply_fx_program_fixes("executorch", program)
         apply_fx_node_fixes("executorch", program.graph_module)
         before = program_metadata(program, traced_inputs, name, config.backend)
+        dropped_none_outputs = drop_none_outputs(program)  # named from `before`: the lowering may reorder around them
 
         # no_grad: lowering passes re-run ops, and a program updating a cache in place (StaticCache) would trip
         # autograd's "leaf Variable that requires grad is used in an in-place operation" check
@@ -147,6 +148,8 @@ class ExecutorchExporter(DynamoExporter):
 
                 # ── Stage 5: Describe: the metadata method the runtime reads (of the lowered program) ─
                 meta = program_metadata(edge.exported_program(), traced_inputs, name, config.backend)
+                if dropped_none_outputs:
+                    meta["outputs"] = tensor_output_names(before)
                 warn_specialised_by_lowering(name, before, meta)  # a dim lowering specialised shows as static
                 if guards["guards"]:
                     meta["guards"] = guards

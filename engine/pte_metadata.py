@@ -80,6 +80,40 @@ def program_metadata(program: torch.export.ExportedProgram, traced_inputs: Mappi
     }
 
 
+def drop_none_outputs(program: torch.export.ExportedProgram) -> bool:
+    """Leave the program's non-tensor user outputs (``None`` fields of a ModelOutput) out of it before lowering;
+    True when there were any. The runtime then names the tensor outputs in the traced order, from the metadata
+    computed before (:func:`tensor_output_names`).
+
+    Pattern: ExecuTorch 1.5.1's lowering moves a tensor output ahead of ``None`` outputs while the call spec keeps the
+    traced order: transformers 5.24's ``image_outputs`` (AyaVision, QianfanOCR) traced as ``[A, None, None, B, C]``
+    came out as ``[A, X, None, None, C]``, so names read from the out_spec landed on other tensors
+    (``hidden_states.2`` missing, ``pooler_output`` with another tensor's shape). Without the ``None`` outputs the
+    lowered order is the traced one. Upstream: TODO, no ExecuTorch issue found; a minimal repro is still to be
+    made (a small module with the same output structure keeps its order)."""
+    import torch.utils._pytree as pytree
+    from torch.export.graph_signature import OutputKind, TensorArgument
+
+    specs = program.graph_signature.output_specs
+    keep = [i for i, spec in enumerate(specs) if spec.kind != OutputKind.USER_OUTPUT or isinstance(spec.arg, TensorArgument)]
+    if len(keep) == len(specs):
+        return False
+    output = next(node for node in program.graph.nodes if node.op == "output")
+    values = list(output.args[0])
+    output.args = (tuple(values[i] for i in keep),)
+    specs[:] = [specs[i] for i in keep]
+    users = sum(1 for spec in specs if spec.kind == OutputKind.USER_OUTPUT)
+    program._module_call_graph[0].signature.out_spec = pytree.tree_structure(tuple(range(users)))
+    program.graph_module.recompile()
+    return True
+
+
+def tensor_output_names(meta: dict) -> list[str]:
+    """The output names of ``meta`` (:func:`program_metadata` of the program before :func:`drop_none_outputs`)
+    without the non-tensor outputs the program no longer returns."""
+    return [name for name in meta["outputs"] if name is not None]
+
+
 def warn_specialised_by_lowering(name: str, before: dict, after: dict) -> None:
     """Name every input dim whose bounds the lowering narrowed: to one size (the ``.pte`` accepts only it) or to
     a smaller range (DeepSeek-V3's batch once came out as ``0..2``, the traced batch, from ``0..8``)."""

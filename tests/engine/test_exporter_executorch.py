@@ -205,3 +205,27 @@ def test_a_plan_the_runtime_cannot_allocate_is_a_named_load_error(monkeypatch, t
     with pytest.raises(ExportStageError, match=r"(?s)load.*std::bad_alloc: the runtime could not allocate the "
                                                r"program's memory plan.*ExecutorchConfig.max_seq_len"):
         run_exported(path, TINY_MODELS["bert"].inputs("trace"))
+
+
+class _NoneFields(torch.nn.Module):
+    """Returns a ModelOutput-like structure with None fields between tensors (transformers 5.24's image_outputs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        a = self.lin(x)
+        return {"a": a, "hidden": (None, None, a * 2), "pooled": a.mean(1)}
+
+
+def test_none_outputs_are_left_out_of_the_lowered_program_and_every_tensor_keeps_its_name(tmp_path):
+    """ExecuTorch's lowering moved a tensor output ahead of None outputs while the names came from the traced order
+    (AyaVision, QianfanOCR at transformers 5.24): the program is lowered without its None outputs and named from
+    the traced order."""
+    model, x = _NoneFields().eval(), {"x": torch.randn(2, 3, 4)}
+    manager = ExecutorchExporter().export(model, x, config=ExecutorchConfig(dynamic=True))
+    assert pte_meta(manager)["outputs"] == ["a", "hidden.2", "pooled"]
+    path = ExecutorchExporter.save(manager, tmp_path / "none_fields.pte")
+    comparison = compare_leaves(eager_leaves(model, x), run_exported(path, x), atol=ATOL, rtol=RTOL)
+    assert comparison.ok and len(comparison.leaves) == 3, str(comparison)
