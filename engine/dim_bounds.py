@@ -258,9 +258,11 @@ def refuse_unrunnable_plan(program: torch.export.ExportedProgram, planned: Mappi
     largest, expr = max(((int(e.xreplace({s: upper(s) for s in e.free_symbols})), e) for e in sizes), key=lambda t: t[0])
     if largest <= limits.tensor_limit:
         return
-    names = _input_dim_names(program)
-    follows = ", ".join(f"{names.get(sym, sym)} <= {upper(sym)}"
-                        for sym in sorted(expr.free_symbols, key=lambda s: names.get(s, str(s))))
+    from engine.shape_guards import program_guards  # the input dims by leaf name, computed once per program
+
+    names = {sym: f"{leaf} dim {d}" for sym, (leaf, d) in program_guards(program)["dims"].items()}
+    follows = ", ".join(f"{names.get(str(sym), sym)} <= {upper(sym)}"
+                        for sym in sorted(expr.free_symbols, key=lambda s: names.get(str(s), str(s))))
     raise PlannedMemoryError(
         f"{limits.model}: at its dim bounds the ExecuTorch program plans {planned[expr]} of {_mib_or_gib(largest)}, "
         f"over the {limits.tensor_limit >> 20} MiB limit (ExecutorchConfig.max_planned_tensor_mb): the runtime could "
@@ -271,17 +273,6 @@ def refuse_unrunnable_plan(program: torch.export.ExportedProgram, planned: Mappi
 
 def _mib_or_gib(size: int) -> str:
     return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.0f} MiB"
-
-
-def _input_dim_names(program: torch.export.ExportedProgram) -> dict[Any, str]:
-    """``{symbol: "input dim d"}`` for the program's symbolic input dims (the first input naming each)."""
-    names: dict[Any, str] = {}
-    for node in user_input_placeholders(program):
-        val = node.meta.get("val")
-        for d, size in enumerate(getattr(val, "shape", ()) if isinstance(val, torch.Tensor) else ()):
-            if isinstance(size, torch.SymInt) and size.node.expr.is_symbol:
-                names.setdefault(size.node.expr, f"{node.name} dim {d}")
-    return names
 
 
 def _input_dim_caps(program: torch.export.ExportedProgram, limits: DimLimits, upper: Callable[[Any], Any]):
