@@ -493,8 +493,13 @@ def _duration(seconds: float) -> str:
 _PROGRESS = pytest.StashKey[_Progress]()
 
 
+def _selected_by_class(settings: SweepSettings) -> Counter:
+    """The cases this run selected, counted per class."""
+    return Counter(p.values[0]["model"] for p in _cases(settings) if _selected(settings, p.id))
+
+
 def _selected_cases(settings: SweepSettings) -> int:
-    return sum(1 for p in _cases(settings) if _selected(settings, p.id))
+    return sum(_selected_by_class(settings).values())
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -509,8 +514,8 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
         return None
     progress = config.stash.setdefault(_PROGRESS, _Progress(0))
     if not progress.total:  # the cases this run selected (xdist's controller collects none itself)
-        progress.total = max(1, _selected_cases(settings))
-        progress.left = Counter(p.values[0]["model"] for p in _cases(settings) if _selected(settings, p.id))
+        progress.left = _selected_by_class(settings)
+        progress.total = max(1, sum(progress.left.values()))
     progress.done += 1
     model = report.nodeid.split("[", 1)[1].rsplit("-", 2)[0]
     progress.left[model] -= 1
