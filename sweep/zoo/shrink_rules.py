@@ -215,6 +215,9 @@ def shrink_layers(s: NodeShrink) -> None:
     for key in LAYER_COUNTS:  # each stack (encoder, decoder, ...) shrinks on its own
         if is_int(args.get(key)) and args[key] > need:
             args[key] = need
+    if target < old_layers:
+        for key in _layer_sections(node, old_layers):
+            args[key] = 1
     for key, value in list(args.items()):
         if (isinstance(value, (list, tuple)) and len(value) == old_layers and old_layers > target
                 and key not in CHANNEL_LISTS):
@@ -362,7 +365,23 @@ def min_layers(node: Node, profile: Profile, old_layers: int) -> int:
         if _rederived_per_layer(pattern):
             continue
         need = max(need, len({hashable(v) for v in pattern}))
+    sections = _layer_sections(node, old_layers)
+    if sections:
+        need = max(need, len(sections) + 1)  # one layer per section and one for the derived remainder
     return need
+
+
+def _layer_sections(node: Node, old_layers: int) -> list[str]:
+    """Section counts of a layer stack whose remainder the config derives: Dory gives ``n_input_layers`` and
+    ``n_output_layers`` (8 each of 36) and derives ``n_recurrent_layers`` as the total minus both, so a stack
+    shrunk to 2 layers with its sections kept derives -14 recurrent layers and runs its layers twice. The sections
+    shrink to one layer each, and the stack keeps one more for the remainder."""
+    if not any(key.endswith("_layers") and node.args.get(key) is None for key in node.fields):
+        return []
+    sections = [key for key, value in node.args.items()
+                if key.endswith("_layers") and key not in LAYER_COUNTS and key not in OTHER_LAYER_COUNTS
+                and is_int(value) and 0 < value < old_layers]
+    return sections if sum(node.args[key] for key in sections) < old_layers else []
 
 
 def _rederived_per_layer(pattern: Any) -> bool:

@@ -323,3 +323,25 @@ def test_side_stacks_and_time_series_contexts_shrink():
     assert timesfm.context_length == fields.CONTEXT_PATCHES * timesfm.patch_length
     hrm = shrink.shrink_config(HrmTextConfig)
     assert hrm.H_cycles == hrm.L_cycles == 1 and hrm.num_layers_per_stack == TINY.layers
+
+
+def test_layer_sections_shrink_with_a_stack_whose_remainder_the_config_derives():
+    """Dory's pattern (transformers 5.24): input and output sections given, the recurrent middle derived as the
+    total minus both; kept at 8 + 8 in a shrunk stack, the middle came out negative and layers ran twice."""
+    import dataclasses
+
+    @dataclasses.dataclass(repr=False)
+    class SectionedConfig(LlamaConfig):
+        model_type = "sectioned-test"
+        n_input_layers: int = 8
+        n_recurrent_layers: int | None = None
+        n_output_layers: int = 8
+
+        def __post_init__(self, **kwargs):
+            if self.n_recurrent_layers is None:
+                self.n_recurrent_layers = self.num_hidden_layers - self.n_input_layers - self.n_output_layers
+            super().__post_init__(**kwargs)
+
+    config = shrink.shrink_config(SectionedConfig)
+    sections = (config.n_input_layers, config.n_recurrent_layers, config.n_output_layers)
+    assert sections == (1, 1, 1) and config.num_hidden_layers == 3
