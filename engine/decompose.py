@@ -505,9 +505,9 @@ def merge_features(embeds: torch.Tensor, ids: torch.Tensor, kwargs: Mapping[str,
                    placeholders: Mapping[str, tuple[int, str]]) -> torch.Tensor | None:
     """``embeds`` with each placeholder token's rows replaced by its modality's feature rows (None if the counts differ)."""
     merged = embeds.clone()
-    for feed, (token, field) in placeholders.items():
+    for feed, (token, feature_field) in placeholders.items():
         key, _, sub = feed.partition(".")
-        rows = feature_rows(kwargs[key][sub] if sub else kwargs[key], field, embeds.shape[-1])
+        rows = feature_rows(kwargs[key][sub] if sub else kwargs[key], feature_field, embeds.shape[-1])
         mask = ids == token
         if rows is None or int(mask.sum()) != rows.shape[0]:
             return None

@@ -96,6 +96,29 @@ def _patch_list_of_stacked_features_as_one_tensor(original):
     return list_
 
 
+#: modules whose forward takes the batch size from ``len()`` of a batch-major tensor (``batch_size =
+#: len(source_flatten)`` in the RT-DETR decoders' input preparation)
+_TENSOR_LEN_MODULES = ("rt_detr", "rt_detr_v2", "d_fine", "deimv2", "pp_doclayout_v2", "pp_doclayout_v3")
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.len" for m in _TENSOR_LEN_MODULES))
+def _patch_len_of_tensor_as_symbolic_size(original):
+    """Pattern: ``batch_size = len(source_flatten)`` on a tensor. Python's ``len()`` must return an ``int``, so
+    under export it reads the tensor's first dim as its traced value and pins it (``Eq(batch, 2)``): the program
+    accepts only the traced batch. Within the module, ``len`` of a tensor with a first dim returns
+    ``tensor.shape[0]`` (the same number in eager, a symbolic size under export); anything else goes to the
+    builtin. No upstream issue found; TODO (transformers): ``source_flatten.shape[0]`` in the RT-DETR family's
+    decoder input preparation.
+    """
+
+    def len_(value, /):
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return value.shape[0]
+        return original(value)
+
+    return len_
+
+
 #: modules whose chunked gated delta rule solves its UT system with ``solve_triangular`` in eager and by an
 #: unrolled forward substitution when ``is_torchdynamo_exporting()``
 _GATED_DELTA_MODULES = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "olmo_hybrid", "qwen4_exp")
