@@ -30,6 +30,8 @@ import torch.utils._pytree as pytree
 from transformers import cache_utils
 from transformers.utils import ModelOutput
 
+from engine.stacked_rows import StackedRows
+
 # Base classes whose concrete subclasses are flattened by reflection.
 _CACHE_BASES: tuple[type, ...] = (
     cache_utils.Cache,
@@ -239,6 +241,8 @@ def children(obj: Any) -> list[tuple[str, Any]] | None:
     """
     if isinstance(obj, torch.Tensor):
         return None
+    if isinstance(obj, StackedRows):  # a per-item list exported stacked: its rows, as the eager list names them
+        return obj.named_rows()
     if is_cache_object(obj):
         return _split(obj)[0]
     if isinstance(obj, Mapping):  # ModelOutput included: it only holds its non-None fields

@@ -24,6 +24,7 @@ from engine.errors import InputError
 from engine.input_checks import LeafSpec, check_leaves, exported_program_constraints, exported_program_specs, program_label
 from engine.prepare import split_inputs
 from engine.pytree import fill_leaves, get_leaf_tensors, register_pytree_nodes
+from engine.stacked_rows import expand_stacked_rows
 
 Runner = Callable[[Any, dict[str, Any]], dict[str, torch.Tensor]]
 
@@ -147,7 +148,7 @@ def run_exported(artifact: Any, inputs: Mapping[str, Any]) -> dict[str, torch.Te
             importlib.import_module(module)
     for handles, run in _RUNNERS:
         if handles(artifact):
-            return run(artifact, traced)
+            return expand_stacked_rows(run(artifact, traced))
     raise InputError(
         f"no runtime for {type(artifact).__name__}; run_exported takes an ExportedProgram, an ONNXProgram or "
         f".onnx path, or an ExecutorchProgramManager or .pte path"

@@ -4,6 +4,7 @@ trace with dynamic shapes, rewritten to compute the same numbers with shape-gene
 
 from __future__ import annotations
 
+import builtins
 import inspect
 import math
 
@@ -11,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.patches.registry import register_patch
+from engine.stacked_rows import StackedRows
 
 
 # ── Correctness (this scope has no speed patches) ───────────────────────────────────────────────────────────
@@ -73,19 +75,33 @@ def _patch_selective_scan_loop(original):
     return closed_form_selective_scan
 
 
-@register_patch("dynamo", "transformers.models.llava.modeling_llava.list", requires={"transformers": "<5.24"})
-@register_patch("generation", "transformers.models.llava.modeling_llava.list", requires={"transformers": "<5.24"})
+@register_patch("dynamo", "transformers.models.llava.modeling_llava.list")
 def _patch_list_of_stacked_features_as_one_tensor(original):
     """Pattern: ``LlavaModel.get_image_features`` ends with ``list(image_features)``, splitting the projected
     features into one tensor per image; iterating a tensor pins its first dim, so the exported program accepts
-    only the traced number of images. Its only consumer concatenates the list again (``torch.cat(..., dim=0)``),
-    so within that module ``list`` of a tensor returns the one already-concatenated tensor instead. Active while
-    generation steps are captured too, so that the captured feature structure is the exported one. No upstream
-    issue found; TODO (transformers): return the features unsplit when ``image_sizes`` is None.
+    only the traced number of images. Within that module ``list`` of a tensor returns a
+    :class:`~engine.stacked_rows.StackedRows`: for the model's only consumer (``torch.cat(..., dim=0)``) the one
+    already-concatenated tensor, and where transformers >= 5.24 returns the list (``image_outputs.pooler_output``)
+    one stacked output that every runner gives back per image. While generation steps are captured up to 5.23, the
+    capture's own patch below (installed first) decides, so that the components export what was captured. No
+    upstream issue found; TODO (transformers): return the features unsplit when ``image_sizes`` is None.
+    """
+    if original is not builtins.list:  # the generation capture's patch is installed: keep its structure
+        return original
 
-    Transformers < 5.24 only: from 5.24 the per-image list is also an output of the model
-    (``image_outputs.pooler_output``), so returning one tensor would change what the model returns; the output
-    structure itself then holds one tensor per image.
+    def list_(value=(), /):
+        if isinstance(value, torch.Tensor) and value.ndim >= 2:
+            return StackedRows(value)
+        return original(value)
+
+    return list_
+
+
+@register_patch("generation", "transformers.models.llava.modeling_llava.list", requires={"transformers": "<5.24"})
+def _patch_list_of_stacked_features_as_one_tensor_in_capture(original):
+    """The pattern above while generation steps are captured: ``list`` of a tensor is the one concatenated tensor,
+    so that the captured feature structure (one tensor of rows, which the prefill's placeholder merge counts) is
+    the exported one. Up to transformers 5.23, where the list is not an output of the model.
     """
 
     def list_(value=(), /):

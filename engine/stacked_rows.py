@@ -1,0 +1,62 @@
+"""A list with one tensor per item (one per image) exported as one stacked tensor, and given back per item.
+
+Pattern: LLaVA's ``get_image_features`` ends with ``list(image_features)``, one tensor per image. Iterating a tensor
+pins its first dim (the program accepts only the traced image count), and from transformers 5.24 that list is also
+a model output (``image_outputs.pooler_output``), which a program cannot return for a dynamic count. While traced,
+the patched ``list`` returns a :class:`StackedRows`: to the model's own code a one-element list holding the rows
+concatenated (its consumer is ``torch.cat(rows, dim=0)``); to export, one output leaf, the stacked tensor, named
+``<field>.*``. Every runner gives back eager's leaves, ``<field>.0``, ``<field>.1``, ...: an ``ExportedProgram``
+rebuilds a :class:`StackedRows` whose children are its rows, and the ONNX and ExecuTorch runners unbind the outputs
+named ``<field>.*`` (:func:`expand_stacked_rows`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.utils._pytree as pytree
+
+#: the last part of the leaf name of a stacked output; its rows are named by index in its place
+ROWS = "*"
+
+
+class StackedRows(list):
+    """Rows of ``stacked`` (dim 0) that the model code sees as ``[stacked.flatten(0, 1)]``."""
+
+    def __init__(self, stacked: torch.Tensor):
+        # a spec is also unflattened with markers (0-d tensors naming leaves, ints in ExecuTorch's emitter)
+        rows = isinstance(stacked, torch.Tensor) and stacked.dim() >= 2
+        super().__init__([stacked.flatten(0, 1)] if rows else [stacked])
+        self.stacked = stacked
+
+    def named_rows(self) -> list[tuple[str, torch.Tensor]]:
+        """The children :func:`engine.pytree.iter_leaf_tensors` names: one per row, or the one stacked leaf of a
+        spec unflattened with markers (to name a program's outputs)."""
+        if not isinstance(self.stacked, torch.Tensor) or self.stacked.dim() == 0:
+            return [(ROWS, self.stacked)]
+        return [(str(i), row) for i, row in enumerate(self.stacked.unbind(0))]
+
+
+pytree.register_pytree_node(
+    StackedRows,
+    lambda rows: ([rows.stacked], None),
+    lambda children, _: StackedRows(children[0]),
+    serialized_type_name="engine.stacked_rows.StackedRows",
+    flatten_with_keys_fn=lambda rows: ([(pytree.GetAttrKey("stacked"), rows.stacked)], None),
+)
+
+
+def expand_stacked_rows(outputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``outputs`` with each ``<field>.*`` leaf replaced by its rows ``<field>.0``, ``<field>.1``, ..., in place."""
+    suffix = "." + ROWS
+    if not any(name == ROWS or name.endswith(suffix) for name in outputs):
+        return dict(outputs)
+    expanded: dict[str, torch.Tensor] = {}
+    for name, value in outputs.items():
+        if name == ROWS or name.endswith(suffix):
+            stem = name[: -len(ROWS)]
+            expanded.update((f"{stem}{i}", row) for i, row in enumerate(value.unbind(0)))
+        else:
+            expanded[name] = value
+    return expanded
