@@ -20,8 +20,6 @@ from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
 #: the attention implementation the packed modules run while traced ("flash" in it selects the cu_seqlens path)
 IMPLEMENTATION = "flash_varlen_as_masked_sdpa"
@@ -43,6 +41,8 @@ def masked_sdpa_varlen_attention(module: torch.nn.Module, query: torch.Tensor, k
                                  max_length_q: int | None = None, max_length_k: int | None = None, **kwargs):
     """The flash varlen call as SDPA: ``(batch, heads, seq, dim)`` states packed along ``seq`` by ``cu_seq_lens_q``
     (and ``cu_seq_lens_k``), attending within their segment; a call without boundaries is plain SDPA."""
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+
     if cu_seq_lens_q is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
@@ -61,7 +61,12 @@ def masked_sdpa_varlen_attention(module: torch.nn.Module, query: torch.Tensor, k
     return output.transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(IMPLEMENTATION, masked_sdpa_varlen_attention)
+def _register() -> None:
+    """Make :data:`IMPLEMENTATION` known to transformers (on first use: a plain module's export never imports
+    transformers' modeling utilities)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(IMPLEMENTATION, masked_sdpa_varlen_attention)
 
 
 def _takes_cu_seqlens(module: torch.nn.Module) -> bool:
@@ -81,6 +86,8 @@ def packed_attention_as_masked_sdpa(model: torch.nn.Module) -> Iterator[list[str
         if getattr(config, "_attn_implementation_internal", None) in REPLACED and _takes_cu_seqlens(module):
             configs[id(config)] = config
     originals = [(config, config._attn_implementation_internal) for config in configs.values()]
+    if originals:
+        _register()
     try:
         for config, _ in originals:  # the internal field: the property's setter would recurse into sub-configs
             config._attn_implementation_internal = IMPLEMENTATION
