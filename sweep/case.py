@@ -70,7 +70,9 @@ def second_shape(inputs: dict[str, Any], drop_tokens: int = 2) -> dict[str, Any]
     out = {}
     for key, value in inputs.items():
         if isinstance(value, torch.Tensor) and value.ndim:
-            if rows is not None and value.shape[0] == batch:
+            if rows is not None and key == "position_ids" and value.ndim == 3 and value.shape[1] == batch:
+                value = value.index_select(1, rows)  # M-RoPE positions, (sections, batch, seq): per row
+            elif rows is not None and value.shape[0] == batch:
                 value = value.index_select(0, rows)
             if seq is not None and seq > drop_tokens + 2 and value.ndim >= 2 and value.shape[1] == seq:
                 value = value[:, : seq - drop_tokens].clone()
@@ -106,8 +108,9 @@ def _save_and_load(backend: str, artifact: Any, workdir: Path, enter: Callable[[
 
 
 def generation_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
-    """The sample inputs as a prompt: generate() starts an encoder-decoder's decoder from its start token."""
-    return {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
+    """The sample inputs as a prompt: generate() starts an encoder-decoder's decoder from its start token, and
+    computes a prompt's positions itself (the case's M-RoPE ``position_ids`` are for one forward)."""
+    return {k: v for k, v in inputs.items() if not k.startswith("decoder_") and k != "position_ids"}
 
 
 def _set_decoder_start_token(model: torch.nn.Module, result: dict[str, Any]) -> None:

@@ -137,9 +137,30 @@ def _ladder(rules: dict) -> list[Profile]:
 
 
 def _case(name, record, model, case_inputs, profile, start, source) -> Case:
+    case_inputs = _with_rope_positions(model, case_inputs)
     return Case(name=name, model=model, inputs=case_inputs, model_type=record.model_type,
                 mappings=record.mappings, num_parameters=sum(p.numel() for p in model.parameters()),
                 profile=profile, seconds=time.perf_counter() - start, source=source)
+
+
+def _with_rope_positions(model: torch.nn.Module, case_inputs: dict[str, Any]) -> dict[str, Any]:
+    """The inputs plus the M-RoPE ``position_ids`` the model computes in a loop torch.export cannot trace
+    (engine/rope_positions.py), as serving runtimes pass them; kept only where eager's outputs with them are
+    bit-identical to eager's without, so the case tests the same computation."""
+    from engine.pytree import get_leaf_tensors
+    from engine.rope_positions import with_rope_position_ids
+
+    with_positions = with_rope_position_ids(model, case_inputs)
+    if with_positions is case_inputs:
+        return case_inputs
+    with torch.no_grad():
+        without = get_leaf_tensors(model(**copy.deepcopy(case_inputs)))
+        given = get_leaf_tensors(model(**copy.deepcopy(with_positions)))
+    if without.keys() == given.keys() and all(torch.equal(without[k], given[k]) for k in without):
+        return with_positions
+    logger.warning("%s: eager differs with its own compute_3d_position_ids as position_ids; not passed",
+                   type(model).__name__)
+    return case_inputs
 
 
 def _build_and_run(cls: type, profile: Profile, rules: dict, seed: int, name: str):

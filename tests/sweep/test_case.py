@@ -47,3 +47,14 @@ def test_a_stand_in_with_wrong_numbers_is_a_discrepancy():
     row = run_case(_spec("runs_it_wrong"))
     assert row["status"] == "discrepancy"
     assert row["diffs"]["traced:logits"]["max_abs"] > 0.9
+
+
+def test_second_shape_takes_m_rope_positions_per_row_and_generation_leaves_them_to_generate():
+    from sweep.case import generation_inputs, second_shape
+
+    ids = torch.arange(12).reshape(2, 6)
+    positions = torch.stack([ids, ids + 100, ids + 200])  # (sections, batch, seq)
+    other = second_shape({"input_ids": ids, "pixel_values": torch.zeros(2, 3), "position_ids": positions})
+    assert torch.equal(other["input_ids"], ids[[0, 1, 0]])
+    assert torch.equal(other["position_ids"], positions[:, [0, 1, 0]])
+    assert "position_ids" not in generation_inputs({"input_ids": ids, "position_ids": positions})

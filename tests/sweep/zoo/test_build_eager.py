@@ -61,3 +61,11 @@ def test_build_and_forward(name):
     for key, value in case.inputs.items():
         if isinstance(value, torch.Tensor):
             torch.testing.assert_close(value, again.inputs[key], rtol=0, atol=0)
+
+
+def test_an_m_rope_case_passes_the_models_own_positions():
+    """Qwen2-VL computes its 3-D rotary positions in a loop torch.export cannot trace; its case passes them
+    (engine/rope_positions.py), and only because eager computes the same outputs with them (checked in the build)."""
+    case = build.build_case("Qwen2VLModel")
+    ids = case.inputs["input_ids"]
+    assert case.inputs["position_ids"].shape == (3, *ids.shape)
