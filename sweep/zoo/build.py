@@ -150,7 +150,12 @@ def _with_rope_positions(model: torch.nn.Module, case_inputs: dict[str, Any]) ->
     from engine.pytree import get_leaf_tensors
     from engine.rope_positions import with_rope_position_ids
 
-    with_positions = with_rope_position_ids(model, case_inputs)
+    try:
+        with_positions = with_rope_position_ids(model, case_inputs)
+    except Exception as exc:  # noqa: BLE001 - the model cannot derive them from these inputs: it computes its own
+        logger.info("%s: no M-RoPE position_ids from these inputs (%s: %s)", type(model).__name__,
+                    type(exc).__name__, exc)
+        return case_inputs
     if with_positions is case_inputs:
         return case_inputs
     with torch.no_grad():
