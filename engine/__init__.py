@@ -44,6 +44,7 @@ _EXPORTS = {
                        "register_fx_program_fix", "register_patch"),
     "engine.program_io": ("load_program", "save_program"),
     "engine.pytree": ("get_leaf_tensors", "register_pytree_nodes"),
+    "engine.rope_positions": ("with_rope_position_ids",),
     "engine.runtime": ("run_exported",),
     "engine.shape_guards": ("ShapeGuardWarning",),
     "engine.shapes": ("SpecialisationWarning",),
@@ -108,4 +109,5 @@ __all__ = [
     "save_artifact",
     "save_program",
     "version_drift",
+    "with_rope_position_ids",
 ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.rope_positions import rope_position_ids, rope_positions_owner, with_rope_position_ids
+from engine.rope_positions import rope_position_ids, rope_positions_owner
+from engine import with_rope_position_ids  # the public name
 
 IMAGE = 5  # the image placeholder token id of the tiny model
 
