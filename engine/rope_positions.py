@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from engine.patches.registry import swap_attributes
 
 #: the method transformers' M-RoPE models expose for their 3-D positions (on the inner ``*Model``)
 METHOD = "compute_3d_position_ids"
@@ -39,17 +40,10 @@ def rope_position_ids(model: torch.nn.Module, inputs: dict[str, Any]) -> torch.T
     parameters = inspect.signature(method).parameters
     kwargs = {name: inputs.get(name) for name in parameters
               if name in inputs or parameters[name].default is inspect.Parameter.empty}
-    state = owner.__dict__
-    remembered = "rope_deltas" in state
-    saved = state.get("rope_deltas")
-    if remembered:
-        state["rope_deltas"] = None  # a fresh prompt: positions from the inputs, not from a previous call's deltas
-    try:
-        with torch.no_grad():
-            return method(**kwargs)
-    finally:
-        if remembered:
-            state["rope_deltas"] = saved
+    # a fresh prompt: positions from the inputs, not from a previous call's deltas (restored after)
+    fresh = [(owner, "rope_deltas", None)] if "rope_deltas" in vars(owner) else []
+    with swap_attributes(fresh), torch.no_grad():
+        return method(**kwargs)
 
 
 def with_rope_position_ids(model: torch.nn.Module, inputs: dict[str, Any]) -> dict[str, Any]:

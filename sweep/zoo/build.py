@@ -87,6 +87,12 @@ def model_class(name: str) -> type:
 
 def build_case(name: str, seed: int = 0, config: Any = None) -> Case:
     """A tiny random ``name`` model and its inputs; ``config`` brings your own config or model folder."""
+    case = _smallest_running_case(name, seed, config)
+    case.inputs = _with_rope_positions(case.model, case.inputs)  # once, on the case kept
+    return case
+
+
+def _smallest_running_case(name: str, seed: int, config: Any) -> Case:
     record = catalog.record(name)
     cls = model_class(name)
     start = time.perf_counter()
@@ -137,7 +143,6 @@ def _ladder(rules: dict) -> list[Profile]:
 
 
 def _case(name, record, model, case_inputs, profile, start, source) -> Case:
-    case_inputs = _with_rope_positions(model, case_inputs)
     return Case(name=name, model=model, inputs=case_inputs, model_type=record.model_type,
                 mappings=record.mappings, num_parameters=sum(p.numel() for p in model.parameters()),
                 profile=profile, seconds=time.perf_counter() - start, source=source)

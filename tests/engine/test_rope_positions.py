@@ -28,10 +28,8 @@ def _tiny_qwen2_vl():
 
 def _prompt(text_before: list[int], grids: list[tuple[int, int]], text_after: int = 3) -> dict:
     """One row per image: text, <vision_start>, the image's placeholders (grid / 2x2 merge), <vision_end>, text."""
-    rows, types = [], []
-    for before, (h, w) in zip(text_before, grids):
-        tokens = [9] * before + [7] + [IMAGE] * (h * w // 4) + [8] + [10] * text_after
-        rows.append(tokens)
+    rows = [[9] * before + [7] + [IMAGE] * (h * w // 4) + [8] + [10] * text_after
+            for before, (h, w) in zip(text_before, grids)]
     width = max(map(len, rows))
     ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])  # left padding
     mask = (torch.arange(width) >= torch.tensor([width - len(r) for r in rows])[:, None]).long()
