@@ -11,7 +11,11 @@ import importlib.metadata as md
 import logging
 import re
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 logger = logging.getLogger("engine")
 
@@ -60,6 +64,19 @@ def installed_versions() -> dict[str, str | None]:
 
 def _base(version: str) -> str:
     return version.split("+", 1)[0]  # 2.13.0+cpu is the 2.13.0 pin
+
+
+def installed_in(ranges: Iterable[tuple[str, str]]) -> bool:
+    """True when every ``(package, specifier)`` names an installed package at a version inside the range
+    (``("torch", ">=2.12,<2.14")``; a local build tag such as ``+cpu`` is ignored)."""
+    for package, spec in ranges:
+        try:
+            installed = Version(_base(md.version(package)))
+        except md.PackageNotFoundError:
+            return False
+        if installed not in SpecifierSet(spec):
+            return False
+    return True
 
 
 def version_drift() -> dict[str, tuple[str, str]]:

@@ -10,10 +10,16 @@ Each file is a list of causes; an entry names one class, or several sharing the 
       backends: [onnx, executorch]              # or [all] (the default)
       reason: data-dependent loop over image tiles
       link: https://github.com/huggingface/transformers/issues/12345   # or: todo: "<the change needed>"
+      versions: {transformers: ">=5.24"}        # optional: the installed versions the cause is known at
+
+An entry with ``versions`` applies only where every named package is installed inside its range: a failure that
+a release brings (or fixes) is listed for the versions that have it, so the same file serves the old and new pins
+while both are supported (the version-ranged counterpart of ``register_patch(..., requires=...)``).
 
 Validation stops the run with a message naming file and line: malformed YAML, a missing reason, neither link
-nor todo, a link that is not a GitHub issue/PR URL, an unknown class, a glob matching no class, an unknown
-backend, a (class, backend) listed twice in one file.
+nor todo, a link that is not a GitHub issue/PR URL, an unknown class or a glob matching no class (in an entry in
+force: one out of force may name the classes of other releases), an unknown backend, a malformed version range, a
+(class, backend) listed twice in one file by entries both in force.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import yaml
 KINDS = ("export_skip", "onnx_disable_optimize", "generate_skip")
 BACKENDS = ("eager", "dynamo", "onnx", "executorch")
 LINK = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+$")
-KEYS = {"class", "classes", "backends", "reason", "link", "todo"}
+KEYS = {"class", "classes", "backends", "reason", "link", "todo", "versions"}
 GLOB = re.compile(r"[*?\[]")
 
 
@@ -47,9 +53,18 @@ class SkipEntry:
     todo: str | None
     file: str
     line: int
+    versions: tuple[tuple[str, str], ...] = ()  # ((package, specifier), ...): where the cause is known
+
+    @property
+    def in_force(self) -> bool:
+        """True when the installed versions are inside every range of ``versions`` (always, without one)."""
+        from engine.versions import installed_in
+
+        return installed_in(self.versions)
 
     def applies(self, class_name: str, backend: str) -> bool:
-        return backend in self.backends and any(fnmatch.fnmatchcase(class_name, c) for c in self.classes)
+        return (backend in self.backends and any(fnmatch.fnmatchcase(class_name, c) for c in self.classes)
+                and self.in_force)
 
     @property
     def reference(self) -> str:
@@ -86,6 +101,22 @@ def _class_list(item: dict, where: str) -> list[str]:
     return names
 
 
+def _version_ranges(item: dict, where: str) -> tuple[tuple[str, str], ...]:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    ranges = item.get("versions", {})
+    if not isinstance(ranges, dict) or ("versions" in item and not ranges):
+        raise SkiplistError(f"{where}: 'versions' maps package names to version ranges, "
+                            f"e.g. {{transformers: \">=5.24\"}}; got {ranges!r}")
+    for package, spec in ranges.items():
+        try:
+            SpecifierSet(str(spec))
+        except InvalidSpecifier:
+            raise SkiplistError(f"{where}: versions: {package}: {spec!r} is not a version range "
+                                f"(PEP 440 specifiers such as \">=5.24\" or \"<1.32,>=1.30\")") from None
+    return tuple(sorted((str(p).lower(), str(s)) for p, s in ranges.items()))
+
+
 def load_skiplist(path: Path, kind: str, known_class: Callable[[str], bool],
                   all_classes: Callable[[], Iterable[str]] = tuple) -> list[SkipEntry]:
     """The entries of one file; ``all_classes()`` lists the names a glob may match (and overlap is checked on)."""
@@ -100,17 +131,21 @@ def load_skiplist(path: Path, kind: str, known_class: Callable[[str], bool],
             raise SkiplistError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(KEYS)}")
         names = _class_list(item, where)
         label = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1})"
+        versions = _version_ranges(item, where)
+        from engine.versions import installed_in
+
+        in_force = installed_in(versions)  # out of force, a class may be one the installed transformers lacks
         matched: list[str] = []
         for name in names:
             if GLOB.search(name):
                 hits = fnmatch.filter(all_classes(), name)
-                if not hits:
+                if not hits and in_force:
                     raise SkiplistError(f"{where}: glob {name!r} matches no model class")
                 matched += hits
-            elif not known_class(name):
-                raise SkiplistError(f"{where}: unknown model class {name!r}")
-            else:
+            elif known_class(name):
                 matched.append(name)
+            elif in_force:
+                raise SkiplistError(f"{where}: unknown model class {name!r}")
         reason = item.get("reason")
         if not isinstance(reason, str) or not reason.strip():
             raise SkiplistError(f"{where}: {label}: 'reason' is required")
@@ -129,13 +164,15 @@ def load_skiplist(path: Path, kind: str, known_class: Callable[[str], bool],
         bad = [b for b in backends if b not in BACKENDS]
         if bad:
             raise SkiplistError(f"{where}: {label}: unknown backend(s) {bad}; known: {list(BACKENDS)} or all")
-        for name in matched:
-            for backend in backends:
-                if (name, backend) in claimed:
-                    raise SkiplistError(f"{where}: {name} on {backend}: duplicate entry "
-                                        f"(first at line {claimed[name, backend]})")
-                claimed[name, backend] = line
-        out.append(SkipEntry(kind, tuple(names), tuple(backends), reason.strip(), link, todo, str(path), line))
+        entry = SkipEntry(kind, tuple(names), tuple(backends), reason.strip(), link, todo, str(path), line, versions)
+        if in_force:  # entries for other versions may list the same case with the cause found there
+            for name in matched:
+                for backend in backends:
+                    if (name, backend) in claimed:
+                        raise SkiplistError(f"{where}: {name} on {backend}: duplicate entry "
+                                            f"(first at line {claimed[name, backend]})")
+                    claimed[name, backend] = line
+        out.append(entry)
     return out
 
 

@@ -23,14 +23,12 @@ import contextlib
 import importlib
 import sys
 import types
-import importlib.metadata as md
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from engine.versions import installed_in
 
 logger = logging.getLogger("engine")
 
@@ -51,14 +49,7 @@ class Patch:
 
     def applies(self) -> bool:
         """True when every package named in ``requires`` is installed at a version inside its range."""
-        for package, spec in self.requires:
-            try:
-                installed = Version(md.version(package).split("+")[0])
-            except md.PackageNotFoundError:
-                return False
-            if installed not in SpecifierSet(spec):
-                return False
-        return True
+        return installed_in(self.requires)
 
 
 _PATCHES: dict[str, list[Patch]] = {b: [] for b in BACKENDS}

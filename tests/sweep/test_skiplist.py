@@ -21,6 +21,8 @@ KNOWN = {"GoodModel", "OtherModel"}.__contains__
         ("- class: GoodModel\n  reason: r\n  todo: t\n  backends: [tpu]\n", "unknown backend(s) ['tpu']"),
         ("- class: GoodModel\n  reason: r\n  todo: t\n  why: x\n", "unknown key(s) ['why']"),
         ("class: GoodModel\n", ":1: a skiplist is a YAML list of entries"),
+        ("- class: GoodModel\n  reason: r\n  todo: t\n  versions: {torch: '~=banana'}\n", "'~=banana' is not a version range"),
+        ("- class: GoodModel\n  reason: r\n  todo: t\n  versions: [torch]\n", "'versions' maps package names to version ranges"),
     ],
 )
 def test_invalid_entries(tmp_path, content, message):
@@ -43,6 +45,30 @@ def test_valid_entries_and_lookup(tmp_path):
     other = lists.find("export_skip", "OtherModel", "eager")
     assert other.backends == ("eager", "dynamo", "onnx", "executorch") and other.reference == "TODO: vectorise the loop"
     assert lists.entries["generate_skip"] == []
+
+
+def test_an_entry_with_versions_is_in_force_only_inside_its_ranges(tmp_path):
+    """A cause that a release brings is listed for the versions that have it: outside its ranges the case runs, and
+    another entry may list the same case with the cause found at other versions."""
+    import torch
+
+    now = torch.__version__.split("+")[0]
+    (tmp_path / "export_skip.yaml").write_text(
+        f"- class: GoodModel\n  backends: [onnx]\n  reason: fails at this torch\n  todo: t\n"
+        f"  versions: {{torch: '=={now}', pyyaml: '>=1'}}\n"
+        f"- class: GoodModel\n  backends: [onnx]\n  reason: failed before\n  todo: t\n  versions: {{torch: '<1'}}\n"
+        f"- class: OtherModel\n  backends: [onnx]\n  reason: fails elsewhere\n  todo: t\n  versions: {{torch: '!={now}'}}\n"
+        f"- classes: [ModelOfANewerRelease, 'Newer*']\n  reason: r\n  todo: t\n  versions: {{torch: '>=99'}}\n"
+    )
+    lists = load_skiplists(tmp_path, KNOWN)
+    entry = lists.find("export_skip", "GoodModel", "onnx")
+    assert entry.reason == "fails at this torch" and entry.versions == (("pyyaml", ">=1"), ("torch", f"=={now}"))
+    assert lists.find("export_skip", "OtherModel", "onnx") is None
+    assert [e.in_force for e in lists.entries["export_skip"]] == [True, False, False, False]
+    (tmp_path / "export_skip.yaml").write_text("- class: ModelOfANewerRelease\n  reason: r\n  todo: t\n"
+                                               "  versions: {torch: '>=1'}\n")
+    with pytest.raises(SkiplistError, match="unknown model class 'ModelOfANewerRelease'"):
+        load_skiplists(tmp_path, KNOWN)
 
 
 def test_the_repository_skiplists_are_valid():
