@@ -102,9 +102,45 @@ def _aten_bincount(self: IntType, weights: TReal | None = None, minlength: int =
     return op.ScatterElements(zeros, ids, values, axis=0, reduction="add")
 
 
+def _aten_group_norm(input: TFloat, num_groups: int, weight: TFloat | None = None, bias: TFloat | None = None,
+                     eps: float = 1e-05, cudnn_enabled: bool = True) -> TFloat:
+    """``torch.nn.functional.group_norm`` with the variance of the centred values, ``mean((x - mean)**2)``.
+
+    Pattern: every ``nn.GroupNorm`` (ResNet-style and audio-codec blocks, Bit's backbone, Vocos decoders). From
+    opset 21, torch.onnx lowers ``aten.group_norm`` to one ``GroupNormalization-21`` node, which onnxruntime runs
+    without a native kernel of that version (microsoft/onnxruntime#24538) and whose result, in onnxruntime as in
+    ``onnx.reference``, loses the variance of groups whose mean is large against their spread: inputs of mean 1
+    and standard deviation 1e-3 normalise 0.1 off torch's result (catastrophic cancellation, as in
+    pytorch/pytorch#94261 for the older lowering). torch computes the variance of the centred values; so does
+    this lowering, in float32 for half inputs (torch's CPU kernel accumulates in float too).
+    """
+    dtype = input.dtype
+    half = dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    x = op.Cast(input, to=ir.DataType.FLOAT.value) if half else input
+    grouped_shape = op.Concat(op.Shape(x, start=0, end=1), op.Constant(value_ints=[num_groups, -1]), axis=0)
+    grouped = op.Reshape(x, grouped_shape)
+    axis = op.Constant(value_ints=[2])
+    centred = op.Sub(grouped, op.ReduceMean(grouped, axis, keepdims=1))
+    variance = op.ReduceMean(op.Mul(centred, centred), axis, keepdims=1)
+    epsilon = op.CastLike(op.Constant(value_float=eps), variance)
+    normalised = op.Reshape(op.Mul(centred, op.Reciprocal(op.Sqrt(op.Add(variance, epsilon)))), op.Shape(x))
+    if half:
+        normalised = op.Cast(normalised, to=dtype.value)
+    rank = len(input.shape) if input.shape is not None else None
+    if rank is None:
+        raise ValueError("group_norm: the input's rank must be known to lower to ONNX")
+    channel_axes = op.Constant(value_ints=list(range(1, rank - 1)))  # (C,) -> (C, 1, ..., 1)
+    if weight is not None:
+        normalised = op.Mul(normalised, op.CastLike(op.Unsqueeze(weight, channel_axes), normalised))
+    if bias is not None:
+        normalised = op.Add(normalised, op.CastLike(op.Unsqueeze(bias, channel_axes), normalised))
+    return normalised
+
+
 def translation_table() -> dict[Callable, Callable]:
     """``{torch op overload: onnxscript function}`` for ``torch.onnx.export(custom_translation_table=...)``."""
-    table: dict[Callable, Callable] = {torch.ops.aten.bincount.default: _aten_bincount}
+    table: dict[Callable, Callable] = {torch.ops.aten.bincount.default: _aten_bincount,
+                                       torch.ops.aten.group_norm.default: _aten_group_norm}
     if hasattr(torch.ops.aten, "_grouped_mm"):
         table[torch.ops.aten._grouped_mm.default] = _aten_grouped_mm
     # transformers registers its fallback custom op when its MoE integration is imported (any MoE model does)
