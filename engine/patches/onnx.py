@@ -59,24 +59,35 @@ def _patch_sdpa_fully_masked_rows(original: Callable) -> Callable:
     return scaled_dot_product_attention
 
 
+def _static_one(size) -> bool:
+    return isinstance(size, int) and size == 1
+
+
 @register_patch("onnx", "torch.nn.functional.scaled_dot_product_attention")
 def _patch_sdpa_broadcasts_for_attention_op(original: Callable) -> Callable:
-    """Spell out the broadcasts of SDPA's key/value heads and of its mask's query rows (opset >= 23).
+    """Spell out the broadcasts of SDPA's batch, key/value heads and its mask's query rows (opset >= 23).
 
-    Pattern: torch's SDPA broadcasts its inputs. Falcon's multi-query attention passes a key and a value with one
-    head for four query heads, without ``enable_gqa``. BERT-style encoders (LayoutLM) pass a padding mask shaped
+    Pattern: torch's SDPA broadcasts its inputs. A Q-Former cross-attends one set of learned queries (batch 1) to
+    every window of the encoder's output (GraniteSpeech's projector). Falcon's multi-query attention passes a key
+    and a value with one head for four query heads, without ``enable_gqa``. BERT-style encoders (LayoutLM) pass a padding mask shaped
     ``(batch, 1, 1, kv_len)``, one row for every query. From opset 23, torch.onnx lowers SDPA to the ONNX
     ``Attention`` op, and neither case survives that:
     - torchlib's ``aten_scaled_dot_product_attention_23`` asserts "SDPA (MHA) requires q_num_heads = kv_num_heads";
-    - onnxruntime's CPU kernel fails with "inconsistent q_sequence_length (between attn_mask and Q)".
-    Expanding the single key/value head to the query heads, and the single mask row to the query length, gives
-    the same values: an ``expand`` is the broadcast torch does anyway. Below opset 23, SDPA lowers to plain
+    - onnxruntime's CPU kernel fails with "inconsistent batch_size (between Q and K)" and "inconsistent
+      q_sequence_length (between attn_mask and Q)".
+    Expanding the batch of one to the other's, the single key/value head to the query heads, and the single
+    mask row to the query length, gives the same values: an ``expand`` is the broadcast torch does anyway. Below opset 23, SDPA lowers to plain
     MatMul/Softmax, which broadcast, so the patch then leaves SDPA alone. TODO: upstream issue not found
     (torch/onnx/_internal/exporter/_torchlib/ops/nn.py; onnxruntime attention_helper.h).
     """
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, *args, **kwargs):
         if (TARGET_OPSET.get() or 0) >= ATTENTION_OPSET and query.dim() == 4:
+            if _static_one(query.shape[0]) and not _static_one(key.shape[0]):  # learned queries for every row
+                query = query.expand(key.shape[0], *query.shape[1:])
+            elif _static_one(key.shape[0]) and not _static_one(query.shape[0]):
+                key = key.expand(query.shape[0], *key.shape[1:])
+                value = value.expand(query.shape[0], *value.shape[1:])
             heads = query.shape[1]  # may be symbolic; a single key/value head is a static 1 (0/1 specialisation)
             if not kwargs.get("enable_gqa", False) and isinstance(key.shape[1], int) and key.shape[1] == 1:
                 key = key.expand(key.shape[0], heads, *key.shape[2:])

@@ -10,6 +10,7 @@ This module imports onnxscript; :mod:`engine.exporter_onnx` imports it only afte
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -137,10 +138,27 @@ def _aten_group_norm(input: TFloat, num_groups: int, weight: TFloat | None = Non
     return normalised
 
 
+def _operator_floordiv(self: INT64, other: INT64) -> INT64:
+    """``a // b`` of symbolic sizes, rounding toward minus infinity as Python does.
+
+    Pattern: size arithmetic that divides a negative number, e.g. the ceiling division ``-(-length // stride)``
+    or ``(kernel - length) // stride`` in padding code. torchlib lowers ``operator.floordiv`` to ONNX ``Div``,
+    which truncates ("only for positive inputs ... the usual intended case", its comment says), so
+    ``(3 - 8) // 2`` is -2 instead of -3 and the program computes another shape without an error
+    (microsoft/onnxscript#989 for ``floor_divide``). Here: truncation, minus one where the signs differ and the
+    division leaves a remainder (torch's ``floor_divide`` reference); non-negative operands divide as before.
+    """
+    truncated = op.Div(self, other)
+    signs_differ = op.Equal(op.Less(self, op.CastLike(0, self)), op.Greater(other, op.CastLike(0, other)))
+    inexact = op.Not(op.Equal(op.Mod(self, other), op.CastLike(0, self)))
+    return op.Sub(truncated, op.Cast(op.And(signs_differ, inexact), to=ir.DataType.INT64.value))
+
+
 def translation_table() -> dict[Callable, Callable]:
     """``{torch op overload: onnxscript function}`` for ``torch.onnx.export(custom_translation_table=...)``."""
     table: dict[Callable, Callable] = {torch.ops.aten.bincount.default: _aten_bincount,
-                                       torch.ops.aten.group_norm.default: _aten_group_norm}
+                                       torch.ops.aten.group_norm.default: _aten_group_norm,
+                                       operator.floordiv: _operator_floordiv}
     if hasattr(torch.ops.aten, "_grouped_mm"):
         table[torch.ops.aten._grouped_mm.default] = _aten_grouped_mm
     # transformers registers its fallback custom op when its MoE integration is imported (any MoE model does)

@@ -249,6 +249,15 @@ def test_onnx_group_normalization_loses_the_variance_of_offset_groups():
     assert np.abs(session.run(None, {"x": x})[0] - expected).max() > 1e-3
 
 
+class NegativeSizeFloorDivision(torch.nn.Module):
+    """``(3 - length) // 2`` of a symbolic length: floor, not truncation, of a negative size expression (the
+    ceiling-division idiom of padding code)."""
+
+    def forward(self, x):
+        columns = -((3 - x.shape[-1]) // 2)
+        return torch.arange(columns, dtype=x.dtype).expand(x.shape[0], columns) + x[:, :1]
+
+
 class BoolMaskIndexPut(torch.nn.Module):
     """``embeds[mask] = features`` (multimodal merge) and ``x[mask] = scalar``; torchlib lowers both right."""
 
@@ -262,6 +271,11 @@ class BoolMaskIndexPut(torch.nn.Module):
 class MaskedAttention(torch.nn.Module):
     def forward(self, q, k, v, mask):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+class CrossAttention(torch.nn.Module):
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
 
 def _grouped_inputs(rows, seed):
@@ -298,6 +312,14 @@ def _broadcast_attention_inputs(batch, length, seed):
     return {"q": q, "k": k, "v": v, "mask": mask}
 
 
+def _learned_query_inputs(batch, length, seed):
+    """One set of learned queries (batch 1) cross-attending to every row of the keys (a Q-Former projector)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 2, 4, 8, generator=g)
+    k, v = (torch.randn(batch, 2, length, 8, generator=g) for _ in range(2))
+    return {"q": q, "k": k, "v": v}
+
+
 OP_CASES = {
     # name: (module, trace inputs, run inputs[, config]); opset 20 is where the SDPA patch matters
     "grouped_mm_fallback": (lambda: GroupedMM(fallback=True), _grouped_inputs(7, 0), _grouped_inputs(11, 1)),
@@ -308,9 +330,11 @@ OP_CASES = {
         {"ids": torch.tensor([6, 6, 1, 0, 2, 2, 2]), "weights": torch.rand(7)},
     ),
     "index_put_bool_mask": (BoolMaskIndexPut, _embed_inputs(2, 7, 0), _embed_inputs(3, 5, 1)),
+    "floordiv_of_a_negative_size": (NegativeSizeFloorDivision, {"x": torch.randn(2, 8)}, {"x": torch.randn(3, 12)}),
     "group_norm_offset_groups": (_group_norm, _group_norm_inputs(2, 14, 0), _group_norm_inputs(3, 9, 1)),
     "sdpa_fully_masked_rows": (MaskedAttention, _attention_inputs(2, 6, 0), _attention_inputs(3, 9, 1), {"opset_version": 20}),
     "sdpa_fully_masked_rows_attention_op": (MaskedAttention, _attention_inputs(2, 6, 0), _attention_inputs(3, 9, 1)),
+    "sdpa_broadcast_query_batch": (CrossAttention, _learned_query_inputs(2, 6, 0), _learned_query_inputs(3, 9, 1)),
     "sdpa_broadcast_heads_and_mask_rows": (MaskedAttention, _broadcast_attention_inputs(2, 6, 0), _broadcast_attention_inputs(3, 9, 1)),
 }
 
