@@ -69,15 +69,15 @@ def _patch_sdpa_broadcasts_for_attention_op(original: Callable) -> Callable:
 
     Pattern: torch's SDPA broadcasts its inputs. A Q-Former cross-attends one set of learned queries (batch 1) to
     every window of the encoder's output (GraniteSpeech's projector). Falcon's multi-query attention passes a key
-    and a value with one head for four query heads, without ``enable_gqa``. BERT-style encoders (LayoutLM) pass a padding mask shaped
-    ``(batch, 1, 1, kv_len)``, one row for every query. From opset 23, torch.onnx lowers SDPA to the ONNX
-    ``Attention`` op, and neither case survives that:
+    and a value with one head for four query heads, without ``enable_gqa``. BERT-style encoders (LayoutLM) pass a
+    padding mask shaped ``(batch, 1, 1, kv_len)``, one row for every query. From opset 23, torch.onnx lowers SDPA
+    to the ONNX ``Attention`` op, and none of these survives that:
     - torchlib's ``aten_scaled_dot_product_attention_23`` asserts "SDPA (MHA) requires q_num_heads = kv_num_heads";
     - onnxruntime's CPU kernel fails with "inconsistent batch_size (between Q and K)" and "inconsistent
       q_sequence_length (between attn_mask and Q)".
     Expanding the batch of one to the other's, the single key/value head to the query heads, and the single
-    mask row to the query length, gives the same values: an ``expand`` is the broadcast torch does anyway. Below opset 23, SDPA lowers to plain
-    MatMul/Softmax, which broadcast, so the patch then leaves SDPA alone. TODO: upstream issue not found
+    mask row to the query length, gives the same values: an ``expand`` is the broadcast torch does anyway. Below
+    opset 23, SDPA lowers to plain MatMul/Softmax, which broadcast, so the patch then leaves SDPA alone. TODO: upstream issue not found
     (torch/onnx/_internal/exporter/_torchlib/ops/nn.py; onnxruntime attention_helper.h).
     """
 
