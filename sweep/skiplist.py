@@ -54,13 +54,7 @@ class SkipEntry:
     file: str
     line: int
     versions: tuple[tuple[str, str], ...] = ()  # ((package, specifier), ...): where the cause is known
-
-    @property
-    def in_force(self) -> bool:
-        """True when the installed versions are inside every range of ``versions`` (always, without one)."""
-        from engine.versions import installed_in
-
-        return installed_in(self.versions)
+    in_force: bool = True  # the installed versions are inside every range of ``versions`` (checked at load)
 
     def applies(self, class_name: str, backend: str) -> bool:
         return (backend in self.backends and any(fnmatch.fnmatchcase(class_name, c) for c in self.classes)
@@ -120,6 +114,8 @@ def _version_ranges(item: dict, where: str) -> tuple[tuple[str, str], ...]:
 def load_skiplist(path: Path, kind: str, known_class: Callable[[str], bool],
                   all_classes: Callable[[], Iterable[str]] = tuple) -> list[SkipEntry]:
     """The entries of one file; ``all_classes()`` lists the names a glob may match (and overlap is checked on)."""
+    from engine.versions import installed_in  # here, not at import: engine's package imports torch
+
     out: list[SkipEntry] = []
     claimed: dict[tuple[str, str], int] = {}
     for line, item in _entries(path):
@@ -132,8 +128,6 @@ def load_skiplist(path: Path, kind: str, known_class: Callable[[str], bool],
         names = _class_list(item, where)
         label = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1})"
         versions = _version_ranges(item, where)
-        from engine.versions import installed_in
-
         in_force = installed_in(versions)  # out of force, a class may be one the installed transformers lacks
         matched: list[str] = []
         for name in names:
@@ -164,7 +158,8 @@ def load_skiplist(path: Path, kind: str, known_class: Callable[[str], bool],
         bad = [b for b in backends if b not in BACKENDS]
         if bad:
             raise SkiplistError(f"{where}: {label}: unknown backend(s) {bad}; known: {list(BACKENDS)} or all")
-        entry = SkipEntry(kind, tuple(names), tuple(backends), reason.strip(), link, todo, str(path), line, versions)
+        entry = SkipEntry(kind, tuple(names), tuple(backends), reason.strip(), link, todo, str(path), line, versions,
+                          in_force)
         if in_force:  # entries for other versions may list the same case with the cause found there
             for name in matched:
                 for backend in backends:
