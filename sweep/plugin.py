@@ -493,6 +493,37 @@ def _duration(seconds: float) -> str:
 _PROGRESS = pytest.StashKey[_Progress]()
 
 
+def _class_of(nodeid: str) -> str:
+    """``sweep/test_export.py::test_export[Bert@my-bert-onnx-dynamic]`` -> ``Bert@my-bert``."""
+    return nodeid.split("[", 1)[1].rstrip("]").rsplit("-", 2)[0]
+
+
+def _count_collected(config: pytest.Config, nodeids: list[str]) -> None:
+    """The progress total: the cases collected after every deselection (``-k``, ``-m``, ``--shard``, ``--resume``),
+    said once when the run starts."""
+    progress = config.stash.setdefault(_PROGRESS, _Progress(0))
+    if progress.total or config.stash.get(_SETTINGS, None) is None:
+        return
+    left = Counter(_class_of(n) for n in nodeids if "test_export[" in n)
+    if not left:
+        return
+    progress.left, progress.total = left, sum(left.values())
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"export-sweep: {progress.total:,} cases to run ({len(left):,} classes)")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):
+        _count_collected(session.config, [item.nodeid for item in session.items])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    """Under xdist the controller collects nothing; each worker reports the ids it will run, -k and -m applied."""
+    _count_collected(node.config, ids)
+
+
 def _selected_by_class(settings: SweepSettings) -> Counter:
     """The cases this run selected, counted per class."""
     return Counter(p.values[0]["model"] for p in _cases(settings) if _selected(settings, p.id))
@@ -513,11 +544,11 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
     if settings is None or hasattr(config, "workerinput") or report.when != "teardown" or "test_export[" not in report.nodeid:
         return None
     progress = config.stash.setdefault(_PROGRESS, _Progress(0))
-    if not progress.total:  # the cases this run selected (xdist's controller collects none itself)
+    if not progress.total:  # no collection was reported: the cases --models/--backend/--shard/--resume select
         progress.left = _selected_by_class(settings)
         progress.total = max(1, sum(progress.left.values()))
     progress.done += 1
-    model = report.nodeid.split("[", 1)[1].rsplit("-", 2)[0]
+    model = _class_of(report.nodeid)
     progress.left[model] -= 1
     if settings.shared_dir is not None and progress.left[model] <= 0:  # all the class's cases reported
         from sweep.shared_build import class_file, remove

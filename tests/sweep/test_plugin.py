@@ -349,6 +349,28 @@ def test_progress_line_says_done_of_total_elapsed_and_eta():
     assert _Progress(total=10, started=0.0, done=0).line(now=30.0).endswith("30s elapsed, ETA ? (0.0 cases/min)")
 
 
+def test_the_progress_total_counts_the_cases_left_after_k_and_m(sweep, pytester):
+    result = sweep("--collect-only", "-q", "--models=GoodModel,OtherGoodModel", "--backend=all", "-k", "dynamo or onnx")
+    result.stdout.fnmatch_lines(["export-sweep: 4 cases to run (2 classes)"])
+
+
+def test_under_xdist_the_total_comes_from_the_ids_a_worker_collected(sweep, pytester):
+    from types import SimpleNamespace
+
+    from sweep.plugin import _PROGRESS, _SETTINGS, pytest_xdist_node_collection_finished
+
+    config = pytester.parseconfigure("--pyargs", "sweep", "--model-module=local_models", "--backend=all",
+                                     "--models=GoodModel,OtherGoodModel", f"--skiplist-dir={pytester.path / 'skiplists'}")
+    assert config.stash[_SETTINGS] is not None
+    ids = ["sweep/test_export.py::test_export[GoodModel-onnx-dynamic]",
+           "sweep/test_export.py::test_export[Bert@my-bert-onnx-dynamic]", "tests/test_other.py::test_x"]
+    pytest_xdist_node_collection_finished(node=SimpleNamespace(config=config), ids=ids)
+    progress = config.stash[_PROGRESS]
+    assert progress.total == 2 and progress.left == {"GoodModel": 1, "Bert@my-bert": 1}
+    pytest_xdist_node_collection_finished(node=SimpleNamespace(config=config), ids=ids[:1])  # the next worker's
+    assert progress.total == 2
+
+
 def test_the_progress_total_is_the_cases_this_run_selects(sweep, pytester):
     from sweep.plugin import _selected_cases
 
