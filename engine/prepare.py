@@ -90,7 +90,34 @@ def accepted_input_names(model: torch.nn.Module) -> tuple[set[str], bool]:
                 names.update(typed)
         elif param.kind is not inspect.Parameter.VAR_POSITIONAL:
             names.add(param.name)
+    names |= {old for old, new in deprecated_input_names(model.forward).items() if new in names}
     return names, open_ended
+
+
+def deprecated_input_names(fn: Any) -> dict[str, str]:
+    """``{old: new}`` for the keywords ``fn`` still takes under a deprecated name and renames as it is called.
+
+    Pattern: transformers renames a forward argument with ``@deprecate_kwarg(old, version, new_name=new)``
+    (5.24 renamed ``past_key_values`` to ``cache`` on 521 modeling files): the signature names only ``new``,
+    and a call with ``old`` is renamed by the wrapper until ``version``. Code written for the previous release
+    passes ``old``; the exported program keeps the name it was given, and the wrapper renames it during the
+    trace. Read from the closure of each wrapper in the ``__wrapped__`` chain (its ``old_name``/``new_name``).
+    """
+    aliases: dict[str, str] = {}
+    seen = 0
+    while fn is not None and seen < 16:
+        fn = getattr(fn, "__func__", fn)
+        code, closure = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
+        if code is not None and closure and {"old_name", "new_name"} <= set(code.co_freevars):
+            cells = dict(zip(code.co_freevars, closure))
+            try:
+                old, new = cells["old_name"].cell_contents, cells["new_name"].cell_contents
+            except ValueError:  # an empty cell
+                old = new = None
+            if isinstance(old, str) and isinstance(new, str):
+                aliases.setdefault(old, new)
+        fn, seen = getattr(fn, "__wrapped__", None), seen + 1
+    return aliases
 
 
 def _unpacked_typeddict(fn: Any, param_name: str) -> set[str] | None:

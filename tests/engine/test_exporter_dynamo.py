@@ -59,7 +59,7 @@ def test_cache_leaves_are_outputs_and_inputs():
     model = tiny.model()
     prefill = tiny.inputs("trace")
     with torch.no_grad():
-        cache = model(**copy.deepcopy(prefill)).past_key_values
+        cache = model(**copy.deepcopy(prefill)).cache
     names = list(get_leaf_tensors(cache))
     assert names == [f"{i}.{kv}" for i in range(2) for kv in ("keys", "values")]
 
@@ -67,13 +67,13 @@ def test_cache_leaves_are_outputs_and_inputs():
     step = {
         "input_ids": torch.randint(0, 96, (batch, 3)),
         "attention_mask": torch.ones(batch, past + 3, dtype=torch.long),
-        "past_key_values": cache,
+        "cache": cache,
     }
     program = DynamoExporter().export(model, step, config=DynamoConfig(dynamic=True))
     got = run_exported(program, step)
     expected = eager_leaves(model, step)
-    assert "past_key_values.1.values" in got
-    assert got["past_key_values.0.keys"].shape[2] == past + 3
+    assert "cache.1.values" in got
+    assert got["cache.0.keys"].shape[2] == past + 3
     comparison = compare_leaves(expected, got, atol=ATOL, rtol=RTOL)
     assert comparison.ok, str(comparison)
 

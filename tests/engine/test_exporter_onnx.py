@@ -105,24 +105,24 @@ def test_cache_is_a_graph_input():
     model = tiny.model()
     prefill = tiny.inputs("trace")
     with torch.no_grad():
-        cache = model(**copy.deepcopy(prefill)).past_key_values
+        cache = model(**copy.deepcopy(prefill)).cache
     batch, past = prefill["input_ids"].shape
 
     def step(length, cache):
         return {
             "input_ids": torch.randint(0, 96, (batch, length)),
             "attention_mask": torch.ones(batch, past + length, dtype=torch.long),
-            "past_key_values": cache,
+            "cache": cache,
         }
 
     program = export(model, step(3, cache), dynamic=True)
     # ONNX names are unique: a cache leaf both fed in and returned is `input.<leaf>` on the input side
     names = [v.name for v in program.model.graph.inputs]
-    assert names[:3] == ["input_ids", "attention_mask", "input.past_key_values.0.keys"]
+    assert names[:3] == ["input_ids", "attention_mask", "input.cache.0.keys"]
     assert [v.name for v in program.model.graph.outputs] == list(eager_leaves(model, step(3, cache)))
     run_inputs = step(1, cache)
     got = run_exported(program, run_inputs)
-    assert got["past_key_values.0.keys"].shape[2] == past + 1
+    assert got["cache.0.keys"].shape[2] == past + 1
     comparison = compare_leaves(eager_leaves(model, run_inputs), got, atol=ATOL, rtol=RTOL)
     assert comparison.ok, str(comparison)
 

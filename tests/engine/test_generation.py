@@ -243,10 +243,10 @@ def _one_token_per_cached_step(forward):
     """A causal LM's forward that refuses more than one token over a non-empty cache, as ProphetNet asserts."""
 
     @functools.wraps(forward)
-    def checked(self, input_ids=None, past_key_values=None, **kwargs):
-        if past_key_values is not None and past_key_values.get_seq_length() > 0 and input_ids.shape[1] != 1:
+    def checked(self, input_ids=None, cache=None, **kwargs):
+        if cache is not None and cache.get_seq_length() > 0 and input_ids.shape[1] != 1:
             raise ValueError("use_cache is only supported for one token at a time")
-        return forward(self, input_ids=input_ids, past_key_values=past_key_values, **kwargs)
+        return forward(self, input_ids=input_ids, cache=cache, **kwargs)
 
     return checked
 

@@ -32,6 +32,32 @@ def test_unknown_input_name_lists_what_forward_takes(gpt2):
         DynamoExporter().export(gpt2, {"input_idz": torch.zeros(1, 2, dtype=torch.long)})
 
 
+def test_an_input_under_its_deprecated_name_is_taken_as_the_model_takes_it():
+    """transformers 5.24 renamed the forward's ``past_key_values`` to ``cache`` (``@deprecate_kwarg``, which renames
+    a call's old name until 5.40): code written for 5.23 still exports, under the name it gave."""
+    import copy
+
+    from engine.prepare import deprecated_input_names
+
+    tiny = TINY_MODELS["llama"]
+    model = tiny.model()
+    assert deprecated_input_names(type(model).forward) == {"past_key_values": "cache"}
+    assert deprecated_input_names(torch.nn.Linear(2, 2).forward) == {}
+    prefill = tiny.inputs("trace")
+    with torch.no_grad():
+        cache = model(**copy.deepcopy(prefill)).cache
+    batch, past = prefill["input_ids"].shape
+    step = {"input_ids": torch.randint(0, 96, (batch, 2)), "attention_mask": torch.ones(batch, past + 2, dtype=torch.long),
+            "past_key_values": cache}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # transformers' own notice of the rename
+        program = DynamoExporter().export(model, step, config={"dynamic": True})
+        with torch.no_grad():
+            expected = model(**copy.deepcopy(step)).logits
+    # the program takes the cache under the name it was given
+    assert torch.allclose(run_exported(program, step)["logits"], expected, atol=1e-5, rtol=1e-5)
+
+
 def test_unknown_config_key_lists_valid_keys(gpt2):
     with pytest.raises(ConfigError, match=r"unknown DynamoConfig key\(s\): dynamc; valid keys: dynamic, strict"):
         DynamoExporter().export(gpt2, TINY_MODELS["gpt2"].inputs(), config={"dynamc": True})

@@ -144,14 +144,14 @@ def test_leaf_names_of_nested_outputs():
         label: str = "x"
 
     out = {
-        "main": CausalLMOutputWithPast(logits=torch.zeros(2), past_key_values=cache),
+        "main": CausalLMOutputWithPast(logits=torch.zeros(2), cache=cache),  # (transformers 5.24 renamed the field)
         "list": [torch.zeros(1), (torch.zeros(1), None)],
         "extra": Extra(torch.zeros(3)),
     }
     assert list(get_leaf_tensors(out)) == [
         "main.logits",
-        "main.past_key_values.0.keys",
-        "main.past_key_values.0.values",
+        "main.cache.0.keys",
+        "main.cache.0.values",
         "list.0",
         "list.1.0",
         "extra.scores",

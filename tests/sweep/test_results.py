@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.versions import pinned_versions
 from sweep.results import (CorruptRow, RowFileError, append_row, case_id, dumps_strict, latest_rows, loads_strict,
                            read_rows, rows_path)
 from tests.sweep.test_plugin import LOCAL_MODELS, rows, sweep  # noqa: F401  (the pytester sweep fixture)
@@ -167,7 +168,7 @@ def test_resume_runs_only_the_missing_cases(sweep, pytester):  # noqa: F811
     assert new["AbortModel"]["category"] == "crash (SIGABRT) in eager"
     assert new["AbortModel"]["error_line"] == "the case process died (SIGABRT) in stage 'eager'"
     assert new["OtherGoodModel"]["peak_rss_mb"] > 10 and new["OtherGoodModel"]["category"] is None
-    assert new["OtherGoodModel"]["pinned"]["torch"] == "2.13.0"
+    assert new["OtherGoodModel"]["pinned"]["torch"] == pinned_versions()["torch"]  # the pins of the checkout
 
 
 def test_a_whole_file_write_gets_the_permissions_of_any_new_file(tmp_path):
