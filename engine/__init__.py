@@ -44,7 +44,7 @@ _EXPORTS = {
                        "register_fx_program_fix", "register_patch"),
     "engine.program_io": ("load_program", "save_program"),
     "engine.pytree": ("get_leaf_tensors", "register_pytree_nodes"),
-    "engine.rope_positions": ("with_rope_position_ids",),
+    "engine.rope_positions": ("generation_position_ids", "with_rope_position_ids"),
     "engine.runtime": ("run_exported",),
     "engine.shape_guards": ("ShapeGuardWarning",),
     "engine.shapes": ("SpecialisationWarning",),
@@ -109,5 +109,6 @@ __all__ = [
     "save_artifact",
     "save_program",
     "version_drift",
+    "generation_position_ids",
     "with_rope_position_ids",
 ]

@@ -232,6 +232,11 @@ def _run_prefill(components: Mapping[str, Any], plan: GenerationPlan, values: di
     mask = values.get("attention_mask")
     captured_positions = prefill_template.get("position_ids")
     if isinstance(captured_positions, torch.Tensor) and "position_ids" not in values:
+        if captured_positions.ndim > 2:  # not generate()'s running count: the model's own (M-RoPE rows)
+            raise InputError(
+                f"the prefill takes the model's own position_ids (captured as {list(captured_positions.shape)}: "
+                f"[rows, batch, length], multimodal rotary positions that only the model computes from the prompt); "
+                f"pass them in the inputs: position_ids=engine.generation_position_ids(model, inputs)")
         if isinstance(mask, torch.Tensor) and mask.ndim == 2:
             # generate()'s convention: positions count the attended tokens of each row
             values["position_ids"] = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)

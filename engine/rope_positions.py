@@ -52,3 +52,23 @@ def with_rope_position_ids(model: torch.nn.Module, inputs: dict[str, Any]) -> di
         return inputs
     positions = rope_position_ids(model, inputs)
     return inputs if positions is None else {**inputs, "position_ids": positions}
+
+
+def generation_position_ids(model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor | None:
+    """The ``position_ids`` ``model.generate(**inputs)`` gives its prefill, where the model computes its own: an
+    override of ``_prepare_position_ids_for_generation`` (Qwen2-VL-like models: the text positions stacked on the
+    three M-RoPE rows, ``[4, batch, length]``, from the same data-dependent ``get_rope_index``). None where
+    generate()'s own positions (the mask's running count) hold, which :func:`engine.generate` computes itself.
+
+    The exported prefill takes these positions as an input; computing them for a new prompt is host work, as in
+    serving runtimes: pass the result to :func:`engine.generate` as ``position_ids``. The model's remembered
+    ``rope_deltas`` are left as they were.
+    """
+    from transformers.generation.utils import GenerationMixin
+
+    own = getattr(type(model), "_prepare_position_ids_for_generation", None)
+    if own is None or own is GenerationMixin._prepare_position_ids_for_generation or "input_ids" not in inputs:
+        return None
+    owners = [m for m in model.modules() if "rope_deltas" in vars(m)]
+    with swap_attributes([(m, "rope_deltas", m.rope_deltas) for m in owners]), torch.no_grad():
+        return model._prepare_position_ids_for_generation(inputs["input_ids"], dict(inputs))

@@ -131,7 +131,7 @@ def _set_decoder_start_token(model: torch.nn.Module, result: dict[str, Any]) -> 
 
 def _run_generation(spec: dict[str, Any], case: Any, enter: Callable[[str], None], result: dict[str, Any]) -> None:
     """Greedy tokens of ``engine.generate`` over the exported components against eager ``generate``."""
-    from engine import AutoExporter, AutoExportConfig, generate
+    from engine import AutoExporter, AutoExportConfig, generate, generation_position_ids
 
     inputs = generation_inputs(case.inputs)
     _set_decoder_start_token(case.model, result)
@@ -143,7 +143,9 @@ def _run_generation(spec: dict[str, Any], case: Any, enter: Callable[[str], None
     components = AutoExporter.from_config(config).export_for_generation(case.model, inputs, config=config)
     result["components"] = sorted(components)
     enter("run")
-    got = generate(components, inputs, config=config, max_new_tokens=GENERATE_TOKENS)
+    positions = generation_position_ids(case.model, inputs)  # host work, where the model computes its own
+    prompt = inputs if positions is None else {**inputs, "position_ids": positions}
+    got = generate(components, prompt, config=config, max_new_tokens=GENERATE_TOKENS)
     enter("compare")
     result["tokens"] = {"expected": expected.tolist(), "got": got.tolist()}
     if got.shape != expected.shape or not torch.equal(got, expected):

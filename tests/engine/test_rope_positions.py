@@ -11,8 +11,8 @@ from engine import with_rope_position_ids  # the public name
 IMAGE = 5  # the image placeholder token id of the tiny model
 
 
-def _tiny_qwen2_vl():
-    from transformers import Qwen2VLConfig, Qwen2VLModel
+def _tiny_qwen2_vl(head: bool = False):
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLModel
 
     config = Qwen2VLConfig(
         text_config={"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
@@ -23,7 +23,7 @@ def _tiny_qwen2_vl():
         image_token_id=IMAGE, video_token_id=6, vision_start_token_id=7, vision_end_token_id=8)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    return Qwen2VLModel(config).eval()
+    return (Qwen2VLForConditionalGeneration if head else Qwen2VLModel)(config).eval()
 
 
 def _prompt(text_before: list[int], grids: list[tuple[int, int]], text_after: int = 3) -> dict:
@@ -83,3 +83,36 @@ def test_a_qwen2_vl_model_exports_with_its_positions_as_an_input():
         with torch.no_grad():
             expected = get_leaf_tensors(model(**inputs))
         assert compare_leaves(expected, run_exported(program, inputs)).ok
+
+
+def test_generation_positions_are_the_ones_generate_gives_its_prefill():
+    from engine import generation_position_ids
+
+    model = _tiny_qwen2_vl(head=True)
+    inputs = _prompt([2, 4], [(4, 4), (4, 4)])
+    seen = []
+    model.register_forward_pre_hook(lambda m, args, kwargs: seen.append(kwargs.get("position_ids")), with_kwargs=True)
+    with torch.no_grad():
+        model.generate(**inputs, do_sample=False, max_new_tokens=1)
+    model.model.rope_deltas = marker = torch.tensor([[123]])
+    positions = generation_position_ids(model, inputs)
+    assert model.model.rope_deltas is marker
+    assert positions.shape == (4, 2, inputs["input_ids"].shape[1]) and torch.equal(positions, seen[0])
+    assert generation_position_ids(torch.nn.Linear(2, 2), {"input_ids": inputs["input_ids"]}) is None
+
+
+def test_generate_over_exported_steps_takes_the_host_computed_positions():
+    """The prefill's M-RoPE positions are an input: without them engine.generate says what to pass; with the
+    model's own, the exported steps give eager generate()'s greedy tokens."""
+    from engine import AutoExporter, AutoExportConfig, InputError, generate, generation_position_ids
+
+    model = _tiny_qwen2_vl(head=True)
+    inputs = _prompt([2, 4], [(4, 4), (4, 4)])
+    with torch.no_grad():
+        expected = model.generate(**inputs, do_sample=False, num_beams=1, max_new_tokens=4)
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    components = AutoExporter.from_config(config).export_for_generation(model, inputs, config=config)
+    with pytest.raises(InputError, match=r"position_ids=engine.generation_position_ids\(model, inputs\)"):
+        generate(components, inputs, max_new_tokens=4)
+    prompt = {**inputs, "position_ids": generation_position_ids(model, inputs)}
+    assert torch.equal(generate(components, prompt, max_new_tokens=4), expected)
