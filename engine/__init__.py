@@ -93,6 +93,7 @@ __all__ = [
     "decompose_multimodal",
     "decompose_prefill_decode",
     "generate",
+    "generation_position_ids",
     "is_multimodal",
     "apply_fx_program_fixes",
     "apply_patches",
@@ -109,6 +110,5 @@ __all__ = [
     "save_artifact",
     "save_program",
     "version_drift",
-    "generation_position_ids",
     "with_rope_position_ids",
 ]

@@ -524,15 +524,6 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     _count_collected(node.config, ids)
 
 
-def _selected_by_class(settings: SweepSettings) -> Counter:
-    """The cases this run selected, counted per class."""
-    return Counter(p.values[0]["model"] for p in _cases(settings) if _selected(settings, p.id))
-
-
-def _selected_cases(settings: SweepSettings) -> int:
-    return sum(_selected_by_class(settings).values())
-
-
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call":
         _ROWS_SEEN.extend(row for key, row in report.user_properties if key == "sweep_row")
@@ -543,10 +534,7 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
     settings = config.stash.get(_SETTINGS, None)
     if settings is None or hasattr(config, "workerinput") or report.when != "teardown" or "test_export[" not in report.nodeid:
         return None
-    progress = config.stash.setdefault(_PROGRESS, _Progress(0))
-    if not progress.total:  # no collection was reported: the cases --models/--backend/--shard/--resume select
-        progress.left = _selected_by_class(settings)
-        progress.total = max(1, sum(progress.left.values()))
+    progress = config.stash.setdefault(_PROGRESS, _Progress(0))  # its total and per-class counts: _count_collected
     progress.done += 1
     model = _class_of(report.nodeid)
     progress.left[model] -= 1

@@ -372,17 +372,18 @@ def test_under_xdist_the_total_comes_from_the_ids_a_worker_collected(sweep, pyte
 
 
 def test_the_progress_total_is_the_cases_this_run_selects(sweep, pytester):
-    from sweep.plugin import _selected_cases
+    import re
 
-    config = pytester.parseconfigure("--pyargs", "sweep", "--model-module=local_models", "--backend=eager,dynamo",
-                                     "--models=GoodModel,OtherGoodModel", f"--skiplist-dir={pytester.path / 'skiplists'}")
-    from sweep.plugin import _SETTINGS
+    from sweep.results import append_row
 
-    settings = config.stash[_SETTINGS]
-    assert _selected_cases(settings) == 4
-    settings.done = {"GoodModel-eager-static"}
-    assert _selected_cases(settings) == 3
-    settings.shard = (1, 2)
-    halves = _selected_cases(settings)
-    settings.shard = (2, 2)
-    assert halves + _selected_cases(settings) == 3
+    def total(*args) -> int:
+        result = sweep("--collect-only", "-q", "--backend=eager,dynamo", "--models=GoodModel,OtherGoodModel", *args)
+        said = re.search(r"export-sweep: (\d+) cases to run", result.stdout.str())
+        return int(said.group(1)) if said else 0
+
+    assert total() == 4
+    append_row(pytester.path / "reports" / "results.jsonl",
+               {"model": "GoodModel", "backend": "eager", "shapes": "static", "case_id": "GoodModel-eager-static",
+                "status": "pass", "started": 1.0})
+    assert total("--resume") == 3
+    assert total("--resume", "--shard=1/2") + total("--resume", "--shard=2/2") == 3
