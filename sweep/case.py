@@ -96,6 +96,12 @@ def _config(spec: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def generation_config(spec: dict[str, Any]) -> dict[str, Any]:
+    """The export config of a generation case: the export cases' backend settings (the ONNX optimiser switch of
+    ``onnx_disable_optimize.yaml``, ExecuTorch's ``max_seq_len``), always with dynamic shapes."""
+    return {**_config(spec), "dynamic": True}
+
+
 def _save_and_load(backend: str, artifact: Any, workdir: Path, enter: Callable[[str], None]) -> Any:
     """Write the artifact to disk and return what the runtime loads it from (a path, or a loaded program)."""
     from engine.artifacts import SUFFIX, load_artifact, save_artifact
@@ -139,7 +145,7 @@ def _run_generation(spec: dict[str, Any], case: Any, enter: Callable[[str], None
     with torch.no_grad():
         expected = case.model.generate(**copy.deepcopy(inputs), do_sample=False, num_beams=1, max_new_tokens=GENERATE_TOKENS)
     enter("export")
-    config = AutoExportConfig.from_dict({"export_format": EXPORT_FORMATS[spec["backend"]], "dynamic": True})
+    config = AutoExportConfig.from_dict(generation_config(spec))
     components = AutoExporter.from_config(config).export_for_generation(case.model, inputs, config=config)
     result["components"] = sorted(components)
     enter("run")

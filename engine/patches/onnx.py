@@ -156,6 +156,39 @@ def _fix_contiguous_as_clone(gm: torch.fx.GraphModule, node: torch.fx.Node) -> b
     return True
 
 
+#: arithmetic ops whose ``Tensor`` first slot a decomposition fills with a Python number (``rsub``: ``1.0 - mask``)
+_SCALAR_FIRST_ARITHMETIC = {torch.ops.aten.sub.Tensor, torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor,
+                            torch.ops.aten.div.Tensor, torch.ops.aten.rsub.Scalar}
+
+
+@register_fx_node_fix("onnx")
+def _fix_scalar_first_arithmetic_promoted(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Cast the tensor operand of ``number - int_tensor`` to the result's dtype before the op.
+
+    Pattern: ``1.0 - mask`` on an integer or boolean mask (XLNet, ProphetNet, Mllama's cross-attention mask,
+    TimesFM) is ``aten.rsub.Scalar(mask, 1.0)``, decomposed to ``aten.sub.Tensor(1.0, mask)`` with the Python
+    float in the ``Tensor`` slot. torch.onnx's type-promotion pass casts ``mask`` to float and re-resolves the
+    overload from the new arguments, which no ``aten.sub`` overload takes (a float, then a tensor), so the export
+    fails with "Cannot find a compatible OpOverload for aten.sub" (https://github.com/pytorch/pytorch/issues/194381).
+    Casting the tensor to the dtype torch computes in (the result's) is the promotion torch does itself, so the
+    values are the same, and the pass has nothing left to promote.
+    """
+    if node.op != "call_function" or node.target not in _SCALAR_FIRST_ARITHMETIC:
+        return False
+    scalar_first = node.target is torch.ops.aten.rsub.Scalar or isinstance(node.args[0], (bool, int, float))
+    tensor = node.args[0] if node.target is torch.ops.aten.rsub.Scalar else node.args[1]
+    result, operand = node.meta.get("val"), getattr(tensor, "meta", {}).get("val")
+    if not (scalar_first and isinstance(result, torch.Tensor) and isinstance(operand, torch.Tensor)
+            and operand.dtype != result.dtype):
+        return False
+    with gm.graph.inserting_before(node):
+        cast = gm.graph.call_function(torch.ops.prims.convert_element_type.default, (tensor, result.dtype))
+    cast.meta.update(node.meta)
+    cast.meta["val"] = operand.to(result.dtype)
+    node.replace_input_with(tensor, cast)
+    return True
+
+
 # ── Speed: torch.onnx and onnxscript internals ──────────────────────────────────────────────────────────────
 # The same ONNX model, without work torch.onnx.export repeats on every call or every node.
 

@@ -16,7 +16,10 @@ from typing import Any
 
 import onnx_ir as ir
 import torch
+from onnxscript.function_libs.torch_lib.ops.core import aten_add as _torchlib_add
 from onnxscript.function_libs.torch_lib.ops.core import aten_bincount as _torchlib_bincount
+from onnxscript.function_libs.torch_lib.ops.core import aten_mul as _torchlib_mul
+from onnxscript.function_libs.torch_lib.ops.core import aten_sub as _torchlib_sub
 from onnxscript.function_libs.torch_lib.tensor_typing import INT64, IntType, TFloat, TReal, TTensor
 from onnxscript.onnx_opset import opset18 as op
 
@@ -154,11 +157,46 @@ def _operator_floordiv(self: INT64, other: INT64) -> INT64:
     return op.Sub(truncated, op.Cast(op.And(signs_differ, inexact), to=ir.DataType.INT64.value))
 
 
+def _scalar_operand(other: Any, self: TTensor) -> TTensor:
+    """The ``Scalar`` operand of an ``aten.<op>.Scalar`` as a tensor of ``self``'s dtype: a constant for a
+    Python number (what torchlib builds), a cast of the graph value for a symbolic one."""
+    if isinstance(other, ir.Value):
+        return op.CastLike(other, self)
+    return op.Constant(value=ir.tensor(other, dtype=self.dtype))
+
+
+def _aten_add_scalar(self: TTensor, other: Any, alpha: float = 1.0) -> TTensor:
+    """``aten.add.Scalar`` whose scalar may be symbolic; see :func:`_aten_mul_scalar`."""
+    return _torchlib_add(self, _scalar_operand(other, self), alpha=alpha)
+
+
+def _aten_sub_scalar(self: TTensor, other: Any, alpha: float = 1.0) -> TTensor:
+    """``aten.sub.Scalar`` whose scalar may be symbolic; see :func:`_aten_mul_scalar`."""
+    return _torchlib_sub(self, _scalar_operand(other, self), alpha=alpha)
+
+
+def _aten_mul_scalar(self: TTensor, other: Any) -> TTensor:
+    """``tensor * s`` where ``s`` is a float computed from symbolic sizes (a ``SymFloat``).
+
+    Pattern: a scale derived from the input's size, e.g. ``coords * (size / 16)`` in a vision tower's position
+    grid (DeepSeek-OCR-2, Unlimited-OCR), is traced as ``aten.mul.Scalar(tensor, truediv)`` with the ``SymFloat``
+    as a graph value. torchlib's ``aten_mul_scalar`` (likewise ``add``/``sub``) builds its operand with
+    ``ir.tensor(other)``, which only takes a Python number, so the export stops with "float() argument must be
+    a string or a real number, not 'SymbolicTensor'". Here a symbolic scalar is cast to the tensor's dtype
+    (what torch computes in); a Python number gives torchlib's own constant.
+    TODO: upstream issue not found (onnxscript's ``aten_*_scalar`` lowerings, torch_lib/ops/core.py).
+    """
+    return _torchlib_mul(self, _scalar_operand(other, self))
+
+
 def translation_table() -> dict[Callable, Callable]:
     """``{torch op overload: onnxscript function}`` for ``torch.onnx.export(custom_translation_table=...)``."""
     table: dict[Callable, Callable] = {torch.ops.aten.bincount.default: _aten_bincount,
                                        torch.ops.aten.group_norm.default: _aten_group_norm,
-                                       operator.floordiv: _operator_floordiv}
+                                       operator.floordiv: _operator_floordiv,
+                                       torch.ops.aten.add.Scalar: _aten_add_scalar,
+                                       torch.ops.aten.sub.Scalar: _aten_sub_scalar,
+                                       torch.ops.aten.mul.Scalar: _aten_mul_scalar}
     if hasattr(torch.ops.aten, "_grouped_mm"):
         table[torch.ops.aten._grouped_mm.default] = _aten_grouped_mm
     # transformers registers its fallback custom op when its MoE integration is imported (any MoE model does)

@@ -35,6 +35,52 @@ def _fix_is_all_true_as_all(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bo
     return True
 
 
+def _call(gm: torch.fx.GraphModule, like: torch.fx.Node, target, *args) -> torch.fx.Node:
+    """A new ``target(*args)`` node before ``like`` with ``like``'s meta and its own ``val`` (run on the
+    arguments' fake values)."""
+    with gm.graph.inserting_before(like):
+        new = gm.graph.call_function(target, args)
+    new.meta.update(like.meta)
+    new.meta["val"] = target(*(a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args))
+    return new
+
+
+@register_fx_node_fix("onnx")
+@register_fx_node_fix("executorch")
+def _fix_searchsorted_as_comparison_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make ``torch.searchsorted(sorted, values)`` and ``torch.bucketize(values, boundaries)`` a count of the
+    sorted entries below each value: ``(sorted < value).sum(-1)`` (``<=`` for ``right=True``).
+
+    Pattern: vision embeddings that bucket fractional patch coordinates (Idefics2/3, SmolVLM, Aria:
+    ``torch.bucketize(coords, boundaries, right=True)``), audio timestamps (MusicFlamingo) and question positions
+    (Splinter: ``torch.searchsorted``). torchlib has no translation for ``aten.searchsorted``
+    (https://github.com/pytorch/pytorch/issues/151648), and neither op is Core ATen, so ExecuTorch's edge verifier
+    rejects both (https://github.com/pytorch/executorch/issues/20270). For a sorted sequence, the insertion
+    index is by definition the number of entries ``<`` the value (left) or ``<=`` it (right): the same integers
+    from a comparison and a sum, ops every backend has, at ``len(sorted)`` times the memory of the values.
+    A ``sorter`` is applied first (a gather). NaN values count 0 entries below them where torch puts them last.
+    """
+    if node.op != "call_function" or node.target not in (torch.ops.aten.searchsorted.Tensor, torch.ops.aten.bucketize.Tensor):
+        return False
+    names = [a.name for a in node.target._schema.arguments]
+    bound = dict(zip(names, node.args)) | dict(node.kwargs)
+    if node.target is torch.ops.aten.bucketize.Tensor:
+        sequence, values = bound["boundaries"], bound["self"]
+    else:
+        sequence, values = bound["sorted_sequence"], bound["self"]
+    right = bool(bound.get("right", False)) or bound.get("side") == "right"
+    if bound.get("sorter") is not None:
+        sequence = _call(gm, node, torch.ops.aten.gather.default, sequence, -1, bound["sorter"])
+    if sequence.meta["val"].dim() > 1:  # one sorted row per leading index: (..., 1, M) against (..., K, 1)
+        sequence = _call(gm, node, torch.ops.aten.unsqueeze.default, sequence, -2)
+    column = _call(gm, node, torch.ops.aten.unsqueeze.default, values, -1)
+    below = _call(gm, node, torch.ops.aten.le.Tensor if right else torch.ops.aten.lt.Tensor, sequence, column)
+    dtype = torch.int32 if bound.get("out_int32", False) else torch.int64
+    # the node becomes the count in place: it keeps its name, which the program's output specs may refer to
+    node.target, node.args, node.kwargs = torch.ops.aten.sum.dim_IntList, (below, [-1]), {"dtype": dtype}
+    return True
+
+
 # ── Speed: torch.export internals ───────────────────────────────────────────────────────────────────────────
 # Called by every retrace of the program while ExecuTorch lowers it.
 

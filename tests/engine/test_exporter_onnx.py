@@ -268,6 +268,24 @@ class BoolMaskIndexPut(torch.nn.Module):
         return embeds
 
 
+class OneMinusMask(torch.nn.Module):
+    """``1.0 - mask`` on int64 and int32 masks (XLNet's, ProphetNet's and Mllama's attention masks):
+    ``aten.sub.Tensor(1.0, mask)`` once decomposed, which torch.onnx's type promotion fails on
+    (pytorch/pytorch#194381) unless ``_fix_scalar_first_arithmetic_promoted`` casts the mask first."""
+
+    def forward(self, x, mask):
+        return x * (1.0 - mask) + (2.0 - (mask > 0).int()) / 3
+
+
+class SizeScaledArithmetic(torch.nn.Module):
+    """A scale computed from a dynamic size (a ``SymFloat``) as the ``Scalar`` of ``aten.{mul,add,sub}.Scalar``
+    (DeepSeek-OCR-2's position grid), which torchlib's lowerings take only as a Python number."""
+
+    def forward(self, x):
+        scale = x.shape[0] / 16
+        return torch.ops.aten.mul.Scalar(x, scale) + torch.ops.aten.add.Scalar(x, scale) - torch.ops.aten.sub.Scalar(x, 2 * scale)
+
+
 class MaskedAttention(torch.nn.Module):
     def forward(self, q, k, v, mask):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -291,6 +309,11 @@ def _embed_inputs(batch, length, seed):
     mask = torch.rand(batch, length, generator=g) > 0.5
     mask[0, 0] = True
     return {"embeds": torch.randn(batch, length, 4, generator=g), "mask": mask, "features": torch.randn(int(mask.sum()), 4, generator=g)}
+
+
+def _mask_inputs(batch, length, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(batch, length, generator=g), "mask": torch.randint(0, 3, (batch, length), generator=g)}
 
 
 def _attention_inputs(batch, length, seed):
@@ -332,6 +355,9 @@ OP_CASES = {
     "index_put_bool_mask": (BoolMaskIndexPut, _embed_inputs(2, 7, 0), _embed_inputs(3, 5, 1)),
     "floordiv_of_a_negative_size": (NegativeSizeFloorDivision, {"x": torch.randn(2, 8)}, {"x": torch.randn(3, 12)}),
     "group_norm_offset_groups": (_group_norm, _group_norm_inputs(2, 14, 0), _group_norm_inputs(3, 9, 1)),
+    "one_minus_integer_mask": (OneMinusMask, _mask_inputs(2, 6, 0), _mask_inputs(3, 9, 1)),
+    "one_minus_integer_mask_two_passes": (OneMinusMask, _mask_inputs(2, 6, 0), _mask_inputs(3, 9, 1), {"single_trace": False}),
+    "arithmetic_with_a_symbolic_scalar": (SizeScaledArithmetic, {"x": torch.randn(6, 3)}, {"x": torch.randn(10, 3)}),
     "sdpa_fully_masked_rows": (MaskedAttention, _attention_inputs(2, 6, 0), _attention_inputs(3, 9, 1), {"opset_version": 20}),
     "sdpa_fully_masked_rows_attention_op": (MaskedAttention, _attention_inputs(2, 6, 0), _attention_inputs(3, 9, 1)),
     "sdpa_broadcast_query_batch": (CrossAttention, _learned_query_inputs(2, 6, 0), _learned_query_inputs(3, 9, 1)),
