@@ -9,6 +9,7 @@ the upstream issue.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import types
@@ -95,6 +96,51 @@ def _rejecting(original, refused):
         return False if refused(node) else original(self, node, ep)
 
     return check_constraints
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.tensor.dim_order_from_stride",
+    "executorch.exir.tensor_layout.dim_order_from_stride",
+    "executorch.exir.emit._emitter.dim_order_from_stride",
+    "executorch.exir.passes.replace_view_copy_with_view_pass.dim_order_from_stride",
+    requires=EXECUTORCH_RANGE,
+)
+def _patch_dim_order_of_unbacked_strides(original):
+    """Pattern: a tensor whose strides hold a data-dependent size, e.g. ``(32*u0, 32, 1)`` after a boolean-mask
+    selection (``pixel_values[real_images_inds]`` in Idefics2/3, SmolVLM, ModernVBert; MusicFlamingo's audio).
+
+    ExecuTorch orders the dims by sorting the strides. Its comparator (``exir/tensor.py``, since
+    https://github.com/pytorch/executorch/pull/19516) proves ``32 < 32*u0`` by divisibility but not the reverse
+    question the sort also asks, ``32*u0 < 32``, and raises GuardOnDataDependentSymNode there. Strides are positive
+    and a multiple of another stride is not smaller than it (where the two may be equal, the dim is 1 long and
+    either order describes the same memory), so that answer is False: the rule the original applies one way,
+    applied both ways, and only to strides the original raised on (every other order stays as it computes it).
+    TODO: upstream issue not found for the reverse comparison.
+    """
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, guard_or_false
+
+    def dim_order_from_stride(stride):
+        try:
+            return original(stride)
+        except GuardOnDataDependentSymNode:
+            pass  # only then: every order the original computes stays as it was
+
+        def later_first(pair_a, pair_b):  # -1 when dim a is outer (larger stride) than dim b
+            a, b = pair_a[1], pair_b[1]
+            if guard_or_false(a == b):
+                return 0
+            if guard_or_false(a > b) or guard_or_false(a % b == 0):  # a multiple of b: not smaller
+                return -1
+            if guard_or_false(a < b) or guard_or_false(b % a == 0):
+                return 1
+            return -1 if a > b else 1  # undecidable: the original raises the same guard here
+
+        for s in stride:
+            torch._check(s != 0, lambda: "0 in strides is not supported for ExecuTorch.")
+        return tuple(i for i, _ in sorted(enumerate(stride), key=functools.cmp_to_key(later_first)))
+
+    return dim_order_from_stride
 
 
 @register_patch(

@@ -6,6 +6,9 @@ The model patches (model code torch.export cannot trace) are in :mod:`engine.pat
 
 from __future__ import annotations
 
+import contextlib
+import math
+
 import torch
 
 from engine.patches.registry import register_fx_node_fix, register_patch
@@ -35,13 +38,15 @@ def _fix_is_all_true_as_all(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bo
     return True
 
 
-def _call(gm: torch.fx.GraphModule, like: torch.fx.Node, target, *args) -> torch.fx.Node:
-    """A new ``target(*args)`` node before ``like`` with ``like``'s meta and its own ``val`` (run on the
-    arguments' fake values)."""
+def _call(gm: torch.fx.GraphModule, like: torch.fx.Node, target, *args, **kwargs) -> torch.fx.Node:
+    """A new ``target(*args, **kwargs)`` node before ``like`` with ``like``'s meta and its own ``val`` (run on
+    the arguments' fake values, in the fake mode of ``like``'s)."""
     with gm.graph.inserting_before(like):
-        new = gm.graph.call_function(target, args)
+        new = gm.graph.call_function(target, args, kwargs)
     new.meta.update(like.meta)
-    new.meta["val"] = target(*(a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args))
+    fake_mode = getattr(like.meta.get("val"), "fake_mode", None)
+    with fake_mode if fake_mode is not None else contextlib.nullcontext():
+        new.meta["val"] = target(*(a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args), **kwargs)
     return new
 
 
@@ -78,6 +83,119 @@ def _fix_searchsorted_as_comparison_count(gm: torch.fx.GraphModule, node: torch.
     dtype = torch.int32 if bound.get("out_int32", False) else torch.int64
     # the node becomes the count in place: it keeps its name, which the program's output specs may refer to
     node.target, node.args, node.kwargs = torch.ops.aten.sum.dim_IntList, (below, [-1]), {"dtype": dtype}
+    return True
+
+
+#: Giles' single-precision erfinv ("Approximating the erfinv function", GPU Computing Gems, 2011): central and
+#: tail polynomial coefficients in w = -log((1 - x)(1 + x)), highest degree first
+_ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                   -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+_ERFINV_OPS = {torch.ops.aten.erfinv.default, torch.ops.prims.erf_inv.default}
+
+
+@register_fx_node_fix("onnx")
+@register_fx_node_fix("executorch")
+def _fix_erfinv_as_polynomial(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make ``torch.erfinv(x)`` Giles' polynomial approximation, refined by one Newton step on ``erf``.
+
+    Pattern: Gemma3n's activation sparsity computes ``torch.distributions.Normal(0, 1).icdf(sparsity)``
+    (``_gaussian_topk``, gemma3n/modeling_gemma3n.py), which is ``sqrt(2) * erfinv(2p - 1)``. ONNX has no Erfinv
+    op (torchlib: no translation for ``prims.erf_inv``) and ``aten.erfinv`` is not Core ATen (ExecuTorch's verifier
+    rejects it). The approximation's relative error is below 4e-7 in float32 (Giles 2011); one Newton step on
+    ``erf`` (an op both backends have) brings it to float32 rounding, as torch's own kernel refines its
+    approximation. ``x = +-1`` gives ``+-inf`` and ``|x| > 1`` NaN, as torch does.
+    TODO: upstream issue not found (no ONNX Erfinv op; no ExecuTorch kernel).
+    """
+    if node.op != "call_function" or node.target not in _ERFINV_OPS:
+        return False
+    aten = torch.ops.aten
+    (x,) = node.args
+
+    def call(target, *args, **kwargs) -> torch.fx.Node:
+        return _call(gm, node, target, *args, **kwargs)
+
+    def polynomial(w, coefficients):
+        p = coefficients[0]
+        for c in coefficients[1:]:
+            p = call(aten.add.Tensor, call(aten.mul.Tensor, w, p), c)
+        return p
+
+    w = call(aten.neg.default, call(aten.log.default, call(aten.mul.Tensor, call(aten.rsub.Scalar, x, 1.0), call(aten.add.Tensor, x, 1.0))))
+    central = polynomial(call(aten.sub.Tensor, w, 2.5), _ERFINV_CENTRAL)
+    tail = polynomial(call(aten.sub.Tensor, call(aten.sqrt.default, w), 3.0), _ERFINV_TAIL)
+    guess = call(aten.mul.Tensor, call(aten.where.self, call(aten.lt.Scalar, w, 5.0), central, tail), x)
+    # Newton on erf(y) = x: y -= (erf(y) - x) / (2 / sqrt(pi) * exp(-y^2))
+    slope = call(aten.mul.Tensor, call(aten.exp.default, call(aten.neg.default, call(aten.mul.Tensor, guess, guess))), 2 / math.sqrt(math.pi))
+    refined = call(aten.sub.Tensor, guess, call(aten.div.Tensor, call(aten.sub.Tensor, call(aten.erf.default, guess), x), slope))
+    edge = call(aten.eq.Scalar, call(aten.abs.default, x), 1.0)  # erfinv(+-1) = +-inf, where the step is 0/0
+    node.target, node.args, node.kwargs = aten.where.self, (edge, call(aten.mul.Tensor, x, math.inf), refined), {}
+    return True
+
+
+@register_fx_node_fix("executorch")
+def _fix_histc_as_comparison_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make ``torch.histc(x, bins, min, max)`` a count of the elements whose bin index equals each bin.
+
+    Pattern: MoE layers count the tokens routed to each expert with ``torch.histc(expert_ids.float(),
+    bins=num_experts, min=0, max=num_experts - 1)`` (transformers' grouped-mm experts, ``integrations/moe.py``:
+    Nemotron-H, HunYuan-MoE). ``aten.histc`` is not Core ATen (ExecuTorch's edge verifier rejects it, and its
+    runtime has no kernel), and torchlib refuses ``min == max`` ("aten_histc with min == max (0.0) is not
+    supported"), which a one-expert config gives. The count is torch's CPU kernel spelled in core ops: with
+    ``min == max`` the range is the data's (widened by 1 each way when the data is constant), an element in the
+    range goes to bin ``trunc((x - min) * bins / (max - min))`` (the last edge into the last bin), the rest
+    (NaN included) to none; then one comparison per bin and a sum. Memory: ``x.numel() * bins`` booleans.
+    For ONNX only where torchlib refuses (:func:`_fix_histc_of_the_data_range`).
+    TODO: upstream issue not found (torchlib ``aten_histc``; no ExecuTorch kernel).
+    """
+    return node.op == "call_function" and node.target is torch.ops.aten.histc.default and _histc_as_count(gm, node)
+
+
+@register_fx_node_fix("onnx")
+def _fix_histc_of_the_data_range(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """``torch.histc(x, bins, min=m, max=m)`` (the data's range) as :func:`_fix_histc_as_comparison_count` counts
+    it: torchlib's ``aten_histc`` lowers a fixed range but raises for ``min == max`` (a one-expert MoE config,
+    HunYuan-MoE's default)."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.histc.default:
+        return False
+    bound = _histc_arguments(node)
+    return bound["min"] == bound["max"] and _histc_as_count(gm, node)
+
+
+def _histc_arguments(node: torch.fx.Node) -> dict:
+    names = [a.name for a in node.target._schema.arguments]
+    return {"bins": 100, "min": 0, "max": 0} | dict(zip(names, node.args)) | dict(node.kwargs)
+
+
+def _histc_as_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    bound = _histc_arguments(node)
+    x, bins, low, high = bound["self"], int(bound["bins"]), bound["min"], bound["max"]
+    aten = torch.ops.aten
+
+    def call(target, *args, **kwargs) -> torch.fx.Node:
+        return _call(gm, node, target, *args, **kwargs)
+
+    flat = call(aten.reshape.default, x, [-1])
+    if low == high:  # the data's range, widened where it is a single value
+        low, high = call(aten.amin.default, flat, [0]), call(aten.amax.default, flat, [0])
+        constant = call(aten.eq.Tensor, low, high)
+        low = call(aten.where.self, constant, call(aten.sub.Tensor, low, 1), low)
+        high = call(aten.where.self, constant, call(aten.add.Tensor, high, 1), high)
+        width = call(aten.sub.Tensor, high, low)
+        at_least, at_most = call(aten.ge.Tensor, flat, low), call(aten.le.Tensor, flat, high)
+    else:
+        low, high = float(low), float(high)
+        width = high - low
+        at_least, at_most = call(aten.ge.Scalar, flat, low), call(aten.le.Scalar, flat, high)
+    # the kernel's arithmetic, in its order: (x - min) * bins / (max - min), truncated; the last edge in the last bin
+    scaled = call(aten.div.Tensor, call(aten.mul.Tensor, call(aten.sub.Tensor, flat, low), bins), width)
+    index = call(aten.clamp.default, call(aten._to_copy.default, scaled, dtype=torch.int64), None, bins - 1)
+    inside = call(aten.bitwise_and.Tensor, at_least, at_most)
+    in_bin = call(aten.eq.Tensor, call(aten.unsqueeze.default, index, -1), call(aten.arange.default, bins, dtype=torch.int64))
+    hits = call(aten.bitwise_and.Tensor, in_bin, call(aten.unsqueeze.default, inside, -1))
+    # the node becomes the count in place (it keeps its name, which output specs may refer to)
+    node.target, node.args, node.kwargs = aten.sum.dim_IntList, (hits, [0]), {"dtype": node.meta["val"].dtype}
     return True
 
 

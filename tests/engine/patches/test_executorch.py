@@ -229,3 +229,31 @@ def test_tanh_gelu_computes_the_tanh_form_not_xnnpacks_exact_gelu():
     assert worst() < 1e-5
     # what the patch prevents: XNNPACK's delegate runs exact (erf) GELU, up to 4.7e-4 away
     assert worst("_patch_tanh_gelu_delegated_as_exact_gelu") > 1e-4
+
+
+class _PickedRowsTransposed(torch.nn.Module):
+    """Rows picked by a boolean mask (a data-dependent count u, as ``pixel_values[real_images_inds]``), then laid
+    out with u as the inner dim: strides ``(u, 1)``, which ExecuTorch's dim-order sort cannot compare unpatched."""
+
+    def forward(self, x, mask):
+        return x[mask].t().contiguous() * 2
+
+
+def _picked_inputs(batch, length, seed):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(batch, length, generator=g) > 0.5
+    mask[0, 0] = True
+    return {"x": torch.randn(batch, length, 8, generator=g), "mask": mask}
+
+
+def test_dim_order_of_a_data_dependent_stride():
+    import engine.patches.executorch  # noqa: F401  (registers the patch the first export would)
+    from engine.patches import patch_disabled
+
+    model = _PickedRowsTransposed().eval()
+    with patch_disabled("executorch", "_patch_dim_order_of_unbacked_strides"), pytest.raises(Exception, match="data-dependent"):
+        ExecutorchExporter().export(model, _picked_inputs(2, 6, 0), config={"dynamic": True})
+    manager = ExecutorchExporter().export(model, _picked_inputs(2, 6, 0), config={"dynamic": True})
+    for inputs in (_picked_inputs(2, 6, 0), _picked_inputs(3, 5, 1)):
+        comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=ATOL, rtol=RTOL)
+        assert comparison.ok, str(comparison)

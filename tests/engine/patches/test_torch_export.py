@@ -3,6 +3,8 @@ replaces, and the pattern exports and runs on the backends it is registered for.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -69,4 +71,87 @@ def test_searchsorted_and_bucketize_export_and_run(backend):
     program = AutoExporter.from_config(config).export(module, _bucket_inputs(2, 6, 0), config=config)
     run_inputs = _bucket_inputs(3, 9, 1)
     comparison = compare_leaves(eager_leaves(module, run_inputs), run_exported(program, run_inputs), atol=0, rtol=0)
+    assert comparison.ok, str(comparison)
+
+
+class _Histogram(torch.nn.Module):
+    """``torch.histc`` with a fixed range (an MoE's tokens per expert) and with ``min == max`` (the data's range,
+    which a one-expert config gives)."""
+
+    def __init__(self, bins: int, low: float, high: float):
+        super().__init__()
+        self.bins, self.low, self.high = bins, low, high
+
+    def forward(self, x):
+        return torch.histc(x, bins=self.bins, min=self.low, max=self.high)
+
+
+_HISTOGRAMS = [(4, 0.0, 3.0), (3, -1.0, 1.0), (1, 0.0, 0.0), (5, 2.0, 2.0)]
+
+
+@pytest.mark.parametrize("bins, low, high", _HISTOGRAMS)
+@given(values=st.lists(st.one_of(st.integers(-2, 5).map(float), st.floats(-2, 5, width=32)), min_size=1, max_size=12))
+@settings(max_examples=30, deadline=None)
+def test_comparison_count_equals_histc(bins, low, high, values):
+    module = _Histogram(bins, low, high).eval()
+    program = torch.export.export(module, (torch.tensor([0.0, 1.0, 2.5]),), dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    assert apply_fx_node_fixes("executorch", program.graph_module) > 0
+    assert not any(n.target is torch.ops.aten.histc.default for n in program.graph_module.graph.nodes)
+    x = torch.tensor(values, dtype=torch.float32)
+    assert torch.equal(program.module()(x), module(x))
+
+
+@pytest.mark.parametrize("backend", ["onnx", "executorch"])
+@pytest.mark.parametrize("bins, low, high", [_HISTOGRAMS[0], _HISTOGRAMS[2]])
+def test_histc_exports_and_runs(backend, bins, low, high):
+    if backend == "executorch":
+        pytest.importorskip("executorch", reason="the executorch extra is not installed")
+    module = _Histogram(bins, low, high).eval()
+    config = {"export_format": backend, "dynamic": True}
+    program = AutoExporter.from_config(config).export(module, {"x": torch.tensor([0.0, 1.0, 3.0, 2.0, 1.0])}, config=config)
+    run_inputs = {"x": torch.tensor([3.0, 3.0, 0.0, 1.0, 2.0, 0.0, 3.0])}
+    comparison = compare_leaves(eager_leaves(module, run_inputs), run_exported(program, run_inputs), atol=0, rtol=0)
+    assert comparison.ok, str(comparison)
+
+
+class _InverseErf(torch.nn.Module):
+    """``Normal(0, 1).icdf(p)``, as Gemma3n's activation sparsity computes it (``sqrt(2) * erfinv(2p - 1)``)."""
+
+    def forward(self, p):
+        return torch.distributions.Normal(0.0, 1.0).icdf(p)
+
+
+class _Erfinv(torch.nn.Module):
+    def forward(self, x):
+        return torch.erfinv(x)
+
+
+@functools.cache
+def _rewritten_erfinv() -> torch.nn.Module:
+    program = torch.export.export(_Erfinv(), (torch.rand(5),), dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    assert apply_fx_node_fixes("executorch", program.graph_module) == 1
+    assert not any(n.target is torch.ops.aten.erfinv.default for n in program.graph_module.graph.nodes)
+    return program.module()
+
+
+@given(values=st.lists(st.floats(-1, 1, width=32), min_size=1, max_size=16))
+@settings(max_examples=50, deadline=None)
+def test_polynomial_erfinv_is_torch_erfinv_to_float_rounding(values):
+    x = torch.tensor(values + [1.0, -1.0, 1.5, -2.0, 0.0, 1e-8, 0.9999999], dtype=torch.float32)
+    got, expected = _rewritten_erfinv()(x), torch.erfinv(x)
+    assert torch.equal(torch.isnan(got), torch.isnan(expected))
+    assert torch.equal(got[torch.isinf(expected)], expected[torch.isinf(expected)])
+    finite = torch.isfinite(expected)
+    torch.testing.assert_close(got[finite], expected[finite], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", ["onnx", "executorch"])
+def test_inverse_normal_cdf_exports_and_runs(backend):
+    if backend == "executorch":
+        pytest.importorskip("executorch", reason="the executorch extra is not installed")
+    module = _InverseErf().eval()
+    config = {"export_format": backend, "dynamic": True}
+    program = AutoExporter.from_config(config).export(module, {"p": torch.tensor([0.5, 0.95, 0.01])}, config=config)
+    run_inputs = {"p": torch.tensor([0.2, 0.999, 0.5, 1e-4, 0.75])}
+    comparison = compare_leaves(eager_leaves(module, run_inputs), run_exported(program, run_inputs), atol=1e-5, rtol=1e-5)
     assert comparison.ok, str(comparison)
