@@ -98,8 +98,12 @@ def _config(spec: dict[str, Any]) -> dict[str, Any]:
 
 def generation_config(spec: dict[str, Any]) -> dict[str, Any]:
     """The export config of a generation case: the export cases' backend settings (the ONNX optimiser switch of
-    ``onnx_disable_optimize.yaml``, ExecuTorch's ``max_seq_len``), always with dynamic shapes."""
-    return {**_config(spec), "dynamic": True}
+    ``onnx_disable_optimize.yaml``), always with dynamic shapes. Not the export cases' ExecuTorch ``max_seq_len``:
+    the cache grows past the prompt (a multimodal prompt is already longer than it), so the engine bounds the
+    sequence from the model's config and the planned-memory budget."""
+    config = {**_config(spec), "dynamic": True}
+    config.pop("max_seq_len", None)
+    return config
 
 
 def _save_and_load(backend: str, artifact: Any, workdir: Path, enter: Callable[[str], None]) -> Any:

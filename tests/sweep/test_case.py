@@ -60,10 +60,10 @@ def test_second_shape_takes_m_rope_positions_per_row_and_generation_leaves_them_
     assert "position_ids" not in generation_inputs({"input_ids": ids, "position_ids": positions})
 
 
-def test_generation_exports_with_the_export_cases_backend_settings():
-    from sweep.case import EXECUTORCH_MAX_SEQ_LEN, generation_config
+def test_generation_exports_with_the_export_cases_onnx_settings():
+    from sweep.case import generation_config
 
     onnx = generation_config({"backend": "onnx", "shapes": "generate", "onnx_disable_optimize": True})
     assert onnx == {"export_format": "onnx", "dynamic": True, "optimize": False}
-    executorch = generation_config({"backend": "executorch", "shapes": "generate"})
-    assert executorch["dynamic"] is True and executorch["max_seq_len"] == EXECUTORCH_MAX_SEQ_LEN
+    # the cache outgrows the export cases' sequence bound (a multimodal prompt alone can be longer)
+    assert generation_config({"backend": "executorch", "shapes": "generate"}) == {"export_format": "executorch", "dynamic": True}
