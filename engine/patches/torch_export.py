@@ -67,20 +67,17 @@ def _fix_searchsorted_as_comparison_count(gm: torch.fx.GraphModule, node: torch.
     """
     if node.op != "call_function" or node.target not in (torch.ops.aten.searchsorted.Tensor, torch.ops.aten.bucketize.Tensor):
         return False
-    names = [a.name for a in node.target._schema.arguments]
-    bound = dict(zip(names, node.args)) | dict(node.kwargs)
-    if node.target is torch.ops.aten.bucketize.Tensor:
-        sequence, values = bound["boundaries"], bound["self"]
-    else:
-        sequence, values = bound["sorted_sequence"], bound["self"]
-    right = bool(bound.get("right", False)) or bound.get("side") == "right"
+    bound = node.normalized_arguments(gm, normalize_to_only_use_kwargs=True).kwargs  # every argument, by name
+    values = bound["input"]
+    sequence = bound["boundaries"] if node.target is torch.ops.aten.bucketize.Tensor else bound["sorted_sequence"]
+    right = bound["right"] or bound.get("side") == "right"
     if bound.get("sorter") is not None:
         sequence = _call(gm, node, torch.ops.aten.gather.default, sequence, -1, bound["sorter"])
     if sequence.meta["val"].dim() > 1:  # one sorted row per leading index: (..., 1, M) against (..., K, 1)
         sequence = _call(gm, node, torch.ops.aten.unsqueeze.default, sequence, -2)
     column = _call(gm, node, torch.ops.aten.unsqueeze.default, values, -1)
     below = _call(gm, node, torch.ops.aten.le.Tensor if right else torch.ops.aten.lt.Tensor, sequence, column)
-    dtype = torch.int32 if bound.get("out_int32", False) else torch.int64
+    dtype = torch.int32 if bound["out_int32"] else torch.int64
     # the node becomes the count in place: it keeps its name, which the program's output specs may refer to
     node.target, node.args, node.kwargs = torch.ops.aten.sum.dim_IntList, (below, [-1]), {"dtype": dtype}
     return True
@@ -159,18 +156,13 @@ def _fix_histc_of_the_data_range(gm: torch.fx.GraphModule, node: torch.fx.Node) 
     HunYuan-MoE's default)."""
     if node.op != "call_function" or node.target is not torch.ops.aten.histc.default:
         return False
-    bound = _histc_arguments(node)
+    bound = node.normalized_arguments(gm, normalize_to_only_use_kwargs=True).kwargs
     return bound["min"] == bound["max"] and _histc_as_count(gm, node)
 
 
-def _histc_arguments(node: torch.fx.Node) -> dict:
-    names = [a.name for a in node.target._schema.arguments]
-    return {"bins": 100, "min": 0, "max": 0} | dict(zip(names, node.args)) | dict(node.kwargs)
-
-
 def _histc_as_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    bound = _histc_arguments(node)
-    x, bins, low, high = bound["self"], int(bound["bins"]), bound["min"], bound["max"]
+    bound = node.normalized_arguments(gm, normalize_to_only_use_kwargs=True).kwargs  # every argument, by name
+    x, bins, low, high = bound["input"], int(bound["bins"]), bound["min"], bound["max"]
     aten = torch.ops.aten
 
     def call(target, *args, **kwargs) -> torch.fx.Node:

@@ -41,6 +41,17 @@ def _bucket_inputs(batch: int, length: int, seed: int) -> dict[str, torch.Tensor
             "values": torch.randint(-1, 7, (batch, length), generator=g).float()}
 
 
+def _assert_exports_and_runs(module, trace_inputs, run_inputs, backend: str, tolerance: float) -> None:
+    """Export ``module`` with dynamic shapes to ``backend`` and compare it with eager at other sizes."""
+    if backend == "executorch":
+        pytest.importorskip("executorch", reason="the executorch extra is not installed")
+    config = {"export_format": backend, "dynamic": True}
+    program = AutoExporter.from_config(config).export(module, trace_inputs, config=config)
+    comparison = compare_leaves(eager_leaves(module, run_inputs), run_exported(program, run_inputs),
+                                atol=tolerance, rtol=tolerance)
+    assert comparison.ok, str(comparison)
+
+
 def _rewritten(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.nn.Module:
     program = torch.export.export(module, (), inputs, strict=False)
     graph = program.graph_module
@@ -64,14 +75,8 @@ def test_comparison_count_equals_searchsorted(right, seed):
 
 @pytest.mark.parametrize("backend", ["onnx", "executorch"])
 def test_searchsorted_and_bucketize_export_and_run(backend):
-    if backend == "executorch":
-        pytest.importorskip("executorch", reason="the executorch extra is not installed")
     module = _Buckets(right=True).eval()
-    config = {"export_format": backend, "dynamic": True}
-    program = AutoExporter.from_config(config).export(module, _bucket_inputs(2, 6, 0), config=config)
-    run_inputs = _bucket_inputs(3, 9, 1)
-    comparison = compare_leaves(eager_leaves(module, run_inputs), run_exported(program, run_inputs), atol=0, rtol=0)
-    assert comparison.ok, str(comparison)
+    _assert_exports_and_runs(module, _bucket_inputs(2, 6, 0), _bucket_inputs(3, 9, 1), backend, tolerance=0)
 
 
 class _Histogram(torch.nn.Module):
@@ -104,14 +109,9 @@ def test_comparison_count_equals_histc(bins, low, high, values):
 @pytest.mark.parametrize("backend", ["onnx", "executorch"])
 @pytest.mark.parametrize("bins, low, high", [_HISTOGRAMS[0], _HISTOGRAMS[2]])
 def test_histc_exports_and_runs(backend, bins, low, high):
-    if backend == "executorch":
-        pytest.importorskip("executorch", reason="the executorch extra is not installed")
     module = _Histogram(bins, low, high).eval()
-    config = {"export_format": backend, "dynamic": True}
-    program = AutoExporter.from_config(config).export(module, {"x": torch.tensor([0.0, 1.0, 3.0, 2.0, 1.0])}, config=config)
-    run_inputs = {"x": torch.tensor([3.0, 3.0, 0.0, 1.0, 2.0, 0.0, 3.0])}
-    comparison = compare_leaves(eager_leaves(module, run_inputs), run_exported(program, run_inputs), atol=0, rtol=0)
-    assert comparison.ok, str(comparison)
+    _assert_exports_and_runs(module, {"x": torch.tensor([0.0, 1.0, 3.0, 2.0, 1.0])},
+                             {"x": torch.tensor([3.0, 3.0, 0.0, 1.0, 2.0, 0.0, 3.0])}, backend, tolerance=0)
 
 
 class _InverseErf(torch.nn.Module):
@@ -147,11 +147,6 @@ def test_polynomial_erfinv_is_torch_erfinv_to_float_rounding(values):
 
 @pytest.mark.parametrize("backend", ["onnx", "executorch"])
 def test_inverse_normal_cdf_exports_and_runs(backend):
-    if backend == "executorch":
-        pytest.importorskip("executorch", reason="the executorch extra is not installed")
     module = _InverseErf().eval()
-    config = {"export_format": backend, "dynamic": True}
-    program = AutoExporter.from_config(config).export(module, {"p": torch.tensor([0.5, 0.95, 0.01])}, config=config)
-    run_inputs = {"p": torch.tensor([0.2, 0.999, 0.5, 1e-4, 0.75])}
-    comparison = compare_leaves(eager_leaves(module, run_inputs), run_exported(program, run_inputs), atol=1e-5, rtol=1e-5)
-    assert comparison.ok, str(comparison)
+    _assert_exports_and_runs(module, {"p": torch.tensor([0.5, 0.95, 0.01])},
+                             {"p": torch.tensor([0.2, 0.999, 0.5, 1e-4, 0.75])}, backend, tolerance=1e-5)
