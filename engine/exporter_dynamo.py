@@ -23,6 +23,7 @@ from engine.errors import ExportStageError
 from engine.fake_mode import fake_dispatch_cache_off_while_tracing, restore_fake_dispatch_cache
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches
 from engine.packed_attention import packed_attention_as_masked_sdpa
+from engine.packed_grid import vectorized_vision_grids
 from engine.prepare import model_name, prepare_for_export
 from engine.pytree import register_pytree_nodes
 from engine.shape_guards import warn_for_program
@@ -130,7 +131,7 @@ class DynamoExporter:
             # kwargs become an explicit signature; output flags are bound as constants.
             stack.enter_context(flat_forward(model, list(inputs), flags))
 
-            # ── 2b: Patches of the exporter's backends (model patches first); packed attention as masked SDPA ──
+            # ── 2b: Patches of the exporter's backends (model patches first); packed attention and grids ──
             for backend in self.patch_backends:
                 applied = stack.enter_context(apply_patches(backend))
                 if applied:
@@ -138,6 +139,8 @@ class DynamoExporter:
             packed = stack.enter_context(packed_attention_as_masked_sdpa(model))
             if packed:
                 logger.debug("%s: packed attention traced as one masked SDPA in %s", name, ", ".join(packed))
+            if stack.enter_context(vectorized_vision_grids()):
+                logger.debug("%s: transformers.vision_utils' grid helpers traced without per-image loops", name)
 
             # ── 2c: Pytree registration ─────────────────────────────────────────────────────────────────────
             # Every loaded Cache/cache-layer class, and any ModelOutput type among the inputs.

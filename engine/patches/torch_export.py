@@ -83,6 +83,26 @@ def _fix_searchsorted_as_comparison_count(gm: torch.fx.GraphModule, node: torch.
     return True
 
 
+@register_fx_node_fix("onnx")
+@register_fx_node_fix("executorch")
+def _fix_complex_tensors_as_real_pairs(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make every complex-valued node a real ``(..., 2)`` pair (:mod:`engine.complex_pairs`), at the first one.
+
+    Pattern: complex rotary embeddings (``torch.polar`` freqs_cis times ``view_as_complex(q)``: DeepSeek-V2,
+    Llama 4), Fourier token mixing (FNet's ``torch.fft.fftn``) and inverse-STFT heads (``torch.polar`` then
+    ``torch.fft.irfft``: NeuCodec, Xcodec2, WavTokenizer). ``aten.polar`` and the FFTs are not Core ATen, so
+    ExecuTorch's edge verifier refuses them (https://github.com/pytorch/executorch/issues/1362); torchlib has no
+    complex-valued ``aten.unsqueeze`` ("No decompositions registered for the complex-valued input":
+    https://github.com/pytorch/pytorch/issues/126972). A graph with a complex op the rewrite does not know is
+    left as it is.
+    """
+    if node.op != "call_function" or getattr(node, "_erased", False):
+        return False
+    from engine.complex_pairs import _touches_complex, complex_as_real_pairs
+
+    return _touches_complex(node) and complex_as_real_pairs(gm) > 0
+
+
 #: Giles' single-precision erfinv ("Approximating the erfinv function", GPU Computing Gems, 2011): central and
 #: tail polynomial coefficients in w = -log((1 - x)(1 + x)), highest degree first
 _ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,

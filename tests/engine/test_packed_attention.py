@@ -53,8 +53,8 @@ def _images(grid: list[tuple[int, int]]):
 
 def test_a_packed_vision_tower_exports_for_any_image_sizes():
     """Qwen3-VL's vision tower (sdpa: split per image by ``lengths.tolist()``) fails torch.export on the
-    data-dependent split without the switch; with it, one program runs images of other sizes exactly (their count
-    stays the traced one: the tower's per-image position loop unbinds ``grid_thw``)."""
+    data-dependent split without the switch; with it, one program runs images of other sizes exactly (other image
+    counts: tests/engine/test_packed_grid.py)."""
     from engine import DynamoExporter
     from engine.compare import compare_leaves
     from engine.pytree import get_leaf_tensors

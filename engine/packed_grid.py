@@ -1,0 +1,157 @@
+"""The grid helpers of packed vision towers (``transformers.vision_utils``) without per-image loops.
+
+Pattern: Qwen-VL-style vision towers pack every image's patches into one sequence, ``hidden_states`` of shape
+``(P, d)``, and derive from ``grid_thw`` ``(images, 3)`` the rotary position ids (a loop over
+``grid_thw.tolist()`` building ``arange(h)``/``arange(w)`` meshes per image), the per-frame ``cu_seqlens``
+(``repeat_interleave(h * w, t)``) and the position-embedding interpolation taps (``repeat_interleave`` of each
+image's ``h``, ``w`` over its ``t * h * w`` patches). Under torch.export the loop pins the number of images, the
+program's sizes are sums and quotients of the values it read (``u68 // u65``), which no bound on the inputs
+bounds, so ExecuTorch cannot plan memory for them, and ``aten.repeat_interleave.Tensor`` is not Core ATen
+(ExecuTorch's edge verifier refuses it).
+
+Each packed position's image, frame and (row, col) is a function of its index: comparing ``arange(P)`` with the
+images' cumulative patch counts gives its image (the comparison count of ``engine.packed_attention``), and the rest
+is integer arithmetic on its image's ``h``, ``w``. So the helpers below compute the same tensors with one
+data-dependent size each, the patch count ``P = sum(t * h * w)`` (``cu_seqlens``: the frame count ``sum(t)``,
+at most ``P``), for any number of images; ExecuTorch plans those sizes at the largest input cap
+(``engine.dim_bounds``), and the tower's own use of them next to its ``(P, d)`` input ties them to that input.
+
+While a model is traced (:func:`vectorized_vision_grids`) the helpers are replaced wherever ``vision_utils`` and
+the modeling modules bound them; a value the caller precomputed (passed in ``kwargs``, which the original pops)
+and arguments the original does not take go to the original. TODO (transformers): no upstream issue found; the
+helpers' own docstring asks for them to be precomputed outside the traced graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+_VISION_UTILS = "transformers.vision_utils"
+
+
+def packed_positions(grid_thw: torch.Tensor, spatial_merge_size: int | torch.Tensor = 1) -> dict[str, torch.Tensor]:
+    """Per packed position (image after image, frame after frame, each frame's patches in spatial-merge-block
+    order): its ``image``, ``frame`` (within the image), ``row`` and ``col``, and its image's ``height``/``width``."""
+    counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
+    length = counts.sum().item()
+    torch._check(length >= 0)
+    ends = counts.cumsum(0)
+    positions = torch.arange(length, device=grid_thw.device)
+    image = (positions[:, None] >= ends[None, :]).sum(-1)
+    height, width = grid_thw[image, 1], grid_thw[image, 2]
+    offset = positions - (ends - counts)[image]
+    frame, within = offset // (height * width), offset % (height * width)
+    merge = spatial_merge_size[image] if isinstance(spatial_merge_size, torch.Tensor) else spatial_merge_size
+    blocks_w = width // merge
+    row = (within // (merge * merge * blocks_w)) * merge + (within // merge) % merge
+    col = ((within // (merge * merge)) % blocks_w) * merge + within % merge
+    return {"image": image, "frame": frame, "row": row, "col": col, "height": height, "width": width}
+
+
+def frame_boundaries(grid_thw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``cu_seqlens`` of one segment per frame (``t`` frames of ``h * w`` patches per image), without
+    ``repeat_interleave``: frame ``k``'s image is the number of images whose cumulative frame count is at most
+    ``k``."""
+    frames_per_image = grid_thw[:, 0]
+    frames = frames_per_image.sum().item()
+    torch._check(frames >= 0)
+    frame_image = (torch.arange(frames, device=grid_thw.device)[:, None] >= frames_per_image.cumsum(0)[None, :]).sum(-1)
+    seqlens = (grid_thw[:, 1] * grid_thw[:, 2])[frame_image]
+    return F.pad(seqlens.cumsum(0, dtype=dtype), (1, 0), value=0)
+
+
+def _vectorized(original: Callable, compute: Callable, precomputed: tuple[str, ...]) -> Callable:
+    """``compute(**bound arguments)``, or ``original`` where the caller's ``kwargs`` holds one of the
+    ``precomputed`` keys (the original pops them) or the arguments are not the original's."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def helper(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return original(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        caller_kwargs = arguments.pop("kwargs", None) or {}
+        if any(key in caller_kwargs for key in precomputed):
+            return original(*args, **kwargs)
+        return compute(**arguments)
+
+    helper.__vectorized_vision_grid__ = True
+    return helper
+
+
+def _position_ids(grid_thw, spatial_merge_size, include_temporal=False):
+    p = packed_positions(grid_thw, spatial_merge_size)
+    columns = [p["frame"], p["row"], p["col"]] if include_temporal else [p["row"], p["col"]]
+    return torch.stack(columns, dim=-1)
+
+
+def _cu_seqlens(grid_thw, merge_temporal=False):
+    dtype = grid_thw.dtype if torch.jit.is_tracing() else torch.int32
+    if merge_temporal:  # one segment per clip: no repeat_interleave in the original
+        counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
+        return F.pad(counts.cumsum(dim=0, dtype=dtype), (1, 0), value=0)
+    return frame_boundaries(grid_thw, dtype)
+
+
+def _interpolation(grid_thw, num_grid_per_side, mode="bilinear", align_corners=False, spatial_merge_size=1,
+                   padding="border"):
+    from transformers.vision_utils import _interpolation_axis_taps_weights
+
+    p = packed_positions(grid_thw, spatial_merge_size)
+    side = num_grid_per_side
+    h_taps, h_weights = _interpolation_axis_taps_weights(p["row"], p["height"], side, mode, align_corners, padding)
+    w_taps, w_weights = _interpolation_axis_taps_weights(p["col"], p["width"], side, mode, align_corners, padding)
+    n = h_taps.shape[1]
+    indices = (h_taps[:, :, None] * side + w_taps[:, None, :]).reshape(-1, n * n)
+    weights = (h_weights[:, :, None] * w_weights[:, None, :]).reshape(-1, n * n)
+    return indices, weights
+
+
+#: the helpers of ``transformers.vision_utils`` replaced: how each is computed without a per-image loop, and the
+#: keys of a value the caller precomputed (which the original pops from its ``kwargs`` and returns)
+REPLACEMENTS: dict[str, tuple[Callable, tuple[str, ...]]] = {
+    "get_vision_position_ids": (_position_ids, ("position_ids",)),
+    "get_vision_cu_seqlens": (_cu_seqlens, ("cu_seqlens",)),
+    "get_vision_interpolation_indices_and_weights": (_interpolation, ("interp_indices", "interp_weights")),
+}
+
+
+def _binding_modules(originals: dict[str, Any]) -> list[tuple[Any, str]]:
+    """Every loaded ``transformers`` module that binds one of ``originals`` (``vision_utils`` and the modeling
+    modules that imported the helpers by name)."""
+    found = []
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not (module_name == _VISION_UTILS or module_name.startswith("transformers.models.")):
+            continue
+        for name, original in originals.items():
+            if vars(module).get(name) is original:
+                found.append((module, name))
+    return found
+
+
+@contextlib.contextmanager
+def vectorized_vision_grids() -> Iterator[list[str]]:
+    """While inside, the grid helpers of ``transformers.vision_utils`` (where loaded) are the vectorized ones above,
+    in ``vision_utils`` and in every loaded modeling module that imported them; yields the modules patched."""
+    vision_utils = sys.modules.get(_VISION_UTILS)
+    if vision_utils is None:
+        yield []
+        return
+    from engine.patches.registry import swap_attributes
+
+    originals = {name: getattr(vision_utils, name) for name in REPLACEMENTS if hasattr(vision_utils, name)}
+    originals = {n: f for n, f in originals.items() if not getattr(f, "__vectorized_vision_grid__", False)}
+    bindings = _binding_modules(originals)
+    with swap_attributes([(module, name, _vectorized(originals[name], *REPLACEMENTS[name])) for module, name in bindings]):
+        yield sorted({module.__name__ for module, _ in bindings})

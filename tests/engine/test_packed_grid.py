@@ -1,0 +1,89 @@
+"""The grid helpers of packed vision towers without per-image loops: equal to transformers' helpers, and what lets
+a tower's program take any number of images and lower to ExecuTorch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.packed_grid import REPLACEMENTS, _vectorized, vectorized_vision_grids
+from tests.engine.test_packed_attention import _images, _tiny_vision_tower
+
+vision_utils = pytest.importorskip("transformers.vision_utils")
+
+
+@st.composite
+def _grids(draw):
+    """``grid_thw`` of 1-3 images or videos with ``h``, ``w`` multiples of their merge size, and that merge size
+    (an int for all, or one per image)."""
+    images = draw(st.integers(1, 3))
+    per_image = draw(st.booleans())
+    merges = [draw(st.sampled_from([1, 2])) for _ in range(images)] if per_image else [draw(st.sampled_from([1, 2]))] * images
+    grid = [[draw(st.integers(1, 3)), m * draw(st.integers(1, 3)), m * draw(st.integers(1, 3))] for m in merges]
+    return torch.tensor(grid), (torch.tensor(merges) if per_image else merges[0])
+
+
+def _vectorized_helper(name: str):
+    return _vectorized(getattr(vision_utils, name), *REPLACEMENTS[name])
+
+
+@settings(max_examples=60, deadline=None)
+@given(grid=_grids(), include_temporal=st.booleans(), merge_temporal=st.booleans())
+def test_vectorized_helpers_equal_transformers(grid, include_temporal, merge_temporal):
+    grid_thw, merge = grid
+    calls = [("get_vision_position_ids", lambda f: f(grid_thw, merge, include_temporal=include_temporal)),
+             ("get_vision_cu_seqlens", lambda f: f(grid_thw, merge_temporal=merge_temporal))]
+    calls += [("get_vision_interpolation_indices_and_weights",
+               lambda f, mode=mode, corners=corners: f(grid_thw, 5, mode=mode, align_corners=corners,
+                                                       spatial_merge_size=merge if isinstance(merge, int) else 1))
+              for mode in ("bilinear", "bicubic") for corners in (False, True)]
+    for name, call in calls:
+        expected, got = call(getattr(vision_utils, name)), call(_vectorized_helper(name))
+        for e, g in zip(*((t,) if isinstance(t, torch.Tensor) else t for t in (expected, got))):
+            assert g.dtype == e.dtype and torch.equal(g, e), name
+
+
+def test_a_precomputed_value_goes_to_transformers():
+    grid_thw = torch.tensor([[1, 2, 4]])
+    helper = _vectorized_helper("get_vision_cu_seqlens")
+    precomputed = torch.tensor([0, 5])
+    caller = {"cu_seqlens": precomputed, "output_attentions": False}
+    assert helper(grid_thw, kwargs=caller) is precomputed and caller == {"output_attentions": False}  # popped
+    assert torch.equal(helper(grid_thw, kwargs={"output_attentions": False}), vision_utils.get_vision_cu_seqlens(grid_thw))
+
+
+def test_the_helpers_are_replaced_where_bound_and_restored():
+    model = _tiny_vision_tower()  # imports a modeling module that binds the helpers by name
+    modeling = type(model).__module__
+    original = vision_utils.get_vision_position_ids
+    with vectorized_vision_grids() as modules:
+        assert {"transformers.vision_utils", modeling} <= set(modules)
+        assert getattr(vision_utils.get_vision_position_ids, "__vectorized_vision_grid__", False)
+        with vectorized_vision_grids():  # nested: the replacement is not wrapped again
+            assert vision_utils.get_vision_position_ids.__wrapped__ is original
+    assert vision_utils.get_vision_position_ids is original
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "executorch"])
+def test_a_packed_tower_runs_any_number_of_images(backend):
+    """Traced with two images, the program runs one and three (transformers' per-image loop pinned the count);
+    on ExecuTorch it lowers at all (``repeat_interleave.Tensor`` is not Core ATen, and the sizes read from
+    ``grid_thw`` had no upper bound to plan memory for)."""
+    if backend == "executorch":
+        pytest.importorskip("executorch", reason="the executorch extra is not installed")
+    from engine import AutoExporter
+    from engine.compare import compare_leaves
+    from engine.pytree import get_leaf_tensors
+    from engine.runtime import run_exported
+
+    model = _tiny_vision_tower()
+    config = {"export_format": backend, "dynamic": True}
+    program = AutoExporter.from_config(config).export(model, _images([(4, 4), (2, 4)]), config=config)
+    for grid in ([(4, 4)], [(2, 6), (6, 4), (2, 2)]):
+        inputs = _images(grid)
+        with torch.no_grad():
+            expected = get_leaf_tensors(model(**inputs))
+        comparison = compare_leaves(expected, run_exported(program, inputs))
+        assert comparison.ok, str(comparison)
