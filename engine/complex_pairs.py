@@ -211,10 +211,23 @@ def _part(index: int):
     return rule
 
 
+def _arguments(node: torch.fx.Node) -> dict:
+    """The node's arguments by their schema names, defaults filled."""
+    bound = {}
+    for i, argument in enumerate(node.target._schema.arguments):
+        if i < len(node.args):
+            bound[argument.name] = node.args[i]
+        elif argument.name in node.kwargs:
+            bound[argument.name] = node.kwargs[argument.name]
+        elif argument.has_default_value():
+            bound[argument.name] = argument.default_value
+    return bound
+
+
 def _fourier(inverse: bool, many: bool):
     """``torch.fft.fft``/``ifft`` (one dim) and ``fftn``/``ifftn`` (``dim=`` dims) without resizing (``n``/``s``)."""
     def rule(e, node, pair_of):
-        bound = node.normalized_arguments(e.gm, normalize_to_only_use_kwargs=True).kwargs
+        bound = _arguments(node)
         x = bound["self"]
         value = x.meta["val"]
         if bound.get("s" if many else "n") is not None:
@@ -236,8 +249,8 @@ def _fourier(inverse: bool, many: bool):
 def _inverse_real_fourier(e, node, pair_of):
     """``torch.fft.irfft`` of the ``M`` non-negative frequency bins to ``2 (M - 1)`` real samples: each bin but the
     first and the last stands for itself and its conjugate (weight 2); imaginary parts of those two are ignored."""
-    bound = node.normalized_arguments(e.gm, normalize_to_only_use_kwargs=True).kwargs
-    x, norm = bound["input"] if "input" in bound else bound["self"], bound.get("norm")
+    bound = _arguments(node)
+    x, norm = bound["self"], bound.get("norm")
     value = x.meta["val"]
     rank = value.dim()
     dim = bound.get("dim", -1) % rank

@@ -8,6 +8,10 @@ first-use costs; that warm-up runs single-threaded and never starts a runtime, s
 
 The child reports each stage it enters; when it dies (``crash``) or runs past the case timeout (``timeout``,
 then it is killed) the result names the stage it was in, e.g. ``lower`` or ``run``.
+
+A sweep that is killed leaves no case running: a case process exits when the process waiting for its result is
+gone (the forkserver, its parent, outlives it), and an xdist worker whose controller died stops at its next poll
+instead of running its case to the end.
 """
 
 from __future__ import annotations
@@ -54,7 +58,34 @@ def _noop() -> None:
     pass
 
 
+def _exit_when_the_reader_closes(conn) -> None:
+    """Exit this case process when the process waiting for its result is gone: a thread blocks on the result
+    pipe's write end, where Linux reports an error (``POLLERR``) once the read end has no process left."""
+    import select
+    import threading
+
+    if not hasattr(select, "poll"):
+        return
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(conn.fileno(), 0)  # errors and hang-ups are always reported
+        poller.poll()
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-when-orphaned", daemon=True).start()
+
+
+#: the xdist controller's pid, seen from a worker (its parent): a worker orphaned by a killed sweep stops
+_CONTROLLER = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else None
+
+
+def _orphaned() -> bool:
+    return _CONTROLLER is not None and os.getppid() != _CONTROLLER
+
+
 def _child(target: Callable[..., dict], spec: dict[str, Any], conn) -> None:
+    _exit_when_the_reader_closes(conn)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
@@ -90,6 +121,9 @@ def run_isolated(target: Callable[..., dict], spec: dict[str, Any], timeout: flo
     try:
         while True:
             remaining = deadline - time.monotonic()
+            if _orphaned():  # the sweep that asked for this case was killed: nobody reads its result
+                process.kill()
+                os._exit(1)
             if remaining <= 0:
                 process.kill()
                 return {"status": "timeout", "stage": stage, "error": f"case ran past --case-timeout={timeout:g}s in stage '{stage}'"}

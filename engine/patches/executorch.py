@@ -397,6 +397,34 @@ def _replace_node(gm: torch.fx.GraphModule, node: torch.fx.Node, target, args, k
     return True
 
 
+#: ops whose ``index`` argument (by position) ExecuTorch's edge dialect takes only as int64
+_INDEXED = {torch.ops.aten.scatter_add.default: 2, torch.ops.aten.scatter.src: 2, torch.ops.aten.scatter.value: 2,
+            torch.ops.aten.scatter_reduce.two: 2, torch.ops.aten.gather.default: 2}
+
+
+@register_fx_node_fix("executorch")
+def _fix_int32_scatter_index_as_int64(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Cast an int32 ``index`` of ``scatter``/``scatter_add``/``scatter_reduce``/``gather`` to int64.
+
+    Pattern: GLM-5-Next's top-k attention mask counts the selected keys with ``counts.scatter_add_(-1, indices,
+    ones)`` on int32 indices, which torch accepts; ExecuTorch's edge verifier allows only int64 indices for these
+    ops ("These operators are taking Tensor inputs with mismatched dtypes: aten.scatter_add.default ... 'index':
+    torch.int32"). The same indices as int64 select the same elements. TODO: upstream issue not found.
+    """
+    position = _INDEXED.get(node.target) if node.op == "call_function" else None
+    if position is None or len(node.args) <= position or not isinstance(node.args[position], torch.fx.Node):
+        return False
+    index = node.args[position]
+    if getattr(index.meta.get("val"), "dtype", None) != torch.int32:
+        return False
+    with gm.graph.inserting_before(node):
+        wide = gm.graph.call_function(torch.ops.aten._to_copy.default, (index,), {"dtype": torch.int64})
+    wide.meta.update(index.meta)
+    wide.meta["val"] = index.meta["val"].to(torch.int64)
+    node.update_arg(position, wide)
+    return True
+
+
 _SORTS = (torch.ops.aten.sort.default, torch.ops.aten.sort.stable)
 
 

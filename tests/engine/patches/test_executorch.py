@@ -257,3 +257,21 @@ def test_dim_order_of_a_data_dependent_stride():
     for inputs in (_picked_inputs(2, 6, 0), _picked_inputs(3, 5, 1)):
         comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=ATOL, rtol=RTOL)
         assert comparison.ok, str(comparison)
+
+
+class _SelectedKeyCounts(torch.nn.Module):
+    """GLM-5-Next's top-k attention mask: how often each key is selected, counted with int32 indices."""
+
+    def forward(self, scores):
+        indices = scores.topk(2, dim=-1).indices.to(torch.int32)
+        counts = torch.zeros(scores.shape, dtype=torch.int32)
+        return counts.scatter_add(-1, indices, torch.ones_like(indices)), scores.gather(-1, indices)
+
+
+def test_int32_scatter_and_gather_indices():
+    model = _SelectedKeyCounts().eval()
+    sample = {"scores": torch.randn(2, 5, 6)}
+    manager = ExecutorchExporter().export(model, sample, config={"dynamic": True})
+    for inputs in (sample, {"scores": torch.randn(3, 4, 7)}):
+        comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=0, rtol=0)
+        assert comparison.ok, str(comparison)
