@@ -1,25 +1,29 @@
 """The grid helpers of packed vision towers (``transformers.vision_utils``) without per-image loops.
 
 Pattern: Qwen-VL-style vision towers pack every image's patches into one sequence, ``hidden_states`` of shape
-``(P, d)``, and derive from ``grid_thw`` ``(images, 3)`` the rotary position ids (a loop over
+``(P, d)``, and derive from ``grid_thw`` ``(images, 3)``: the rotary position ids (a loop over
 ``grid_thw.tolist()`` building ``arange(h)``/``arange(w)`` meshes per image), the per-frame ``cu_seqlens``
-(``repeat_interleave(h * w, t)``) and the position-embedding interpolation taps (``repeat_interleave`` of each
-image's ``h``, ``w`` over its ``t * h * w`` patches). Under torch.export the loop pins the number of images, the
-program's sizes are sums and quotients of the values it read (``u68 // u65``), which no bound on the inputs
-bounds, so ExecuTorch cannot plan memory for them, and ``aten.repeat_interleave.Tensor`` is not Core ATen
-(ExecuTorch's edge verifier refuses it).
+(``repeat_interleave(h * w, t)``), the position-embedding interpolation taps (``repeat_interleave`` of each
+image's ``h``, ``w`` over its ``t * h * w`` patches) and Qwen2.5-VL's window attention order (a loop that sizes
+``arange``/``F.pad`` with ``int()`` of each grid value). Under torch.export ``int()`` of a value read from an
+input fails outright ("Could not extract specialized integer from data-dependent expression",
+https://github.com/pytorch/pytorch/issues/158786); the other loops pin the number of images and leave sizes that
+are sums and quotients of the values read (``u68 // u65``), which no bound on the inputs bounds, so ExecuTorch
+cannot plan memory for them; and ``aten.repeat_interleave.Tensor`` is not Core ATen (ExecuTorch's edge verifier
+refuses it).
 
 Each packed position's image, frame and (row, col) is a function of its index: comparing ``arange(P)`` with the
 images' cumulative patch counts gives its image (the comparison count of ``engine.packed_attention``), and the rest
-is integer arithmetic on its image's ``h``, ``w``. So the helpers below compute the same tensors with one
-data-dependent size each, the patch count ``P = sum(t * h * w)`` (``cu_seqlens``: the frame count ``sum(t)``,
-at most ``P``), for any number of images; ExecuTorch plans those sizes at the largest input cap
+is integer arithmetic on its image's ``h``, ``w``. So the helpers below compute the same tensors for any number of
+images with one data-dependent size each: the patch count ``P = sum(t * h * w)`` (``cu_seqlens``: the frame count
+``sum(t)``; the window boundaries: the non-empty windows, found by ``nonzero``); the window order is an ``argsort``
+of each token's (image, frame, window, row, column) key. ExecuTorch plans those sizes at the largest input cap
 (``engine.dim_bounds``), and the tower's own use of them next to its ``(P, d)`` input ties them to that input.
 
 While a model is traced (:func:`vectorized_vision_grids`) the helpers are replaced wherever ``vision_utils`` and
 the modeling modules bound them; a value the caller precomputed (passed in ``kwargs``, which the original pops)
-and arguments the original does not take go to the original. TODO (transformers): no upstream issue found; the
-helpers' own docstring asks for them to be precomputed outside the traced graph.
+and arguments the original does not take go to the original. TODO (transformers): no upstream issue found for the
+helpers themselves; their own docstring asks for them to be precomputed outside the traced graph.
 """
 
 from __future__ import annotations
@@ -118,12 +122,42 @@ def _interpolation(grid_thw, num_grid_per_side, mode="bilinear", align_corners=F
     return indices, weights
 
 
+def _window_index(grid_thw, spatial_merge_size, window_size, patch_size):
+    """Qwen2.5-VL's window attention order: the merged tokens (``t * (h/m) * (w/m)`` per image) sorted image by
+    image, frame by frame, window by window (``W x W`` merged tokens, raster order, the grid padded up to whole
+    windows) and raster order within a window; and the windows' boundaries (empty windows, which the padding makes,
+    give none), in patches."""
+    merge = spatial_merge_size
+    window = window_size // spatial_merge_size // patch_size
+    frames, rows, cols = grid_thw[:, 0], grid_thw[:, 1] // merge, grid_thw[:, 2] // merge
+    windows_h, windows_w = rows // window + 1, cols // window + 1  # the original pads by window - size % window
+    counts = frames * rows * cols
+    length = counts.sum().item()
+    torch._check(length >= 0)
+    ends = counts.cumsum(0)
+    token = torch.arange(length, device=grid_thw.device)
+    image = (token[:, None] >= ends[None, :]).sum(-1)
+    local = token - (ends - counts)[image]
+    per_frame = (rows * cols)[image]
+    frame, within = local // per_frame, local % per_frame
+    row, col = within // cols[image], within % cols[image]
+    padded = frames * windows_h * windows_w * window * window  # each image's padded grid, a multiple of W * W
+    window_of = (frame * windows_h[image] + row // window) * windows_w[image] + col // window
+    key = (padded.cumsum(0) - padded)[image] + window_of * window * window + (row % window) * window + col % window
+    order = torch.argsort(key)
+    window_key = key[order] // (window * window)
+    starts = F.pad(window_key[1:] != window_key[:-1], (1, 0), value=True).nonzero().squeeze(-1)
+    boundaries = torch.cat([starts, starts.new_full((1,), length)]) * (merge * merge)
+    return order, boundaries.to(torch.int32)
+
+
 #: the helpers of ``transformers.vision_utils`` replaced: how each is computed without a per-image loop, and the
 #: keys of a value the caller precomputed (which the original pops from its ``kwargs`` and returns)
 REPLACEMENTS: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "get_vision_position_ids": (_position_ids, ("position_ids",)),
     "get_vision_cu_seqlens": (_cu_seqlens, ("cu_seqlens",)),
     "get_vision_interpolation_indices_and_weights": (_interpolation, ("interp_indices", "interp_weights")),
+    "get_vision_window_index": (_window_index, ("window_index", "cu_window_seqlens")),
 }
 
 

@@ -398,8 +398,10 @@ def _replace_node(gm: torch.fx.GraphModule, node: torch.fx.Node, target, args, k
 
 
 #: ops whose ``index`` argument (by position) ExecuTorch's edge dialect takes only as int64
-_INDEXED = {torch.ops.aten.scatter_add.default: 2, torch.ops.aten.scatter.src: 2, torch.ops.aten.scatter.value: 2,
-            torch.ops.aten.scatter_reduce.two: 2, torch.ops.aten.gather.default: 2}
+_INDEXED = {op: 2 for op in (torch.ops.aten.scatter_add.default, torch.ops.aten.scatter.src, torch.ops.aten.scatter.value,
+                             torch.ops.aten.scatter_reduce.two, torch.ops.aten.gather.default,
+                             torch.ops.aten.scatter_add_.default, torch.ops.aten.scatter_.src,
+                             torch.ops.aten.scatter_.value, torch.ops.aten.scatter_reduce_.two)}
 
 
 @register_fx_node_fix("executorch")

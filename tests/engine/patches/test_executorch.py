@@ -265,6 +265,7 @@ class _SelectedKeyCounts(torch.nn.Module):
     def forward(self, scores):
         indices = scores.topk(2, dim=-1).indices.to(torch.int32)
         counts = torch.zeros(scores.shape, dtype=torch.int32)
+        counts.scatter_add_(-1, indices, torch.ones_like(indices))  # in place, as the model writes it
         return counts.scatter_add(-1, indices, torch.ones_like(indices)), scores.gather(-1, indices)
 
 
