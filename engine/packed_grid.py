@@ -145,8 +145,11 @@ def _window_index(grid_thw, spatial_merge_size, window_size, patch_size):
     window_of = (frame * windows_h[image] + row // window) * windows_w[image] + col // window
     key = (padded.cumsum(0) - padded)[image] + window_of * window * window + (row % window) * window + col % window
     order = torch.argsort(key)
-    window_key = key[order] // (window * window)
-    starts = F.pad(window_key[1:] != window_key[:-1], (1, 0), value=True).nonzero().squeeze(-1)
+    # a window's tokens fill its top-left corner (the padding is at the bottom and right): its first token is the
+    # one at in-window (0, 0), and an empty window has none (no slice of the data-dependent length either, whose
+    # decomposition ExecuTorch's lowering would guard)
+    first = ((row % window == 0) & (col % window == 0))[order]
+    starts = first.nonzero().squeeze(-1)
     boundaries = torch.cat([starts, starts.new_full((1,), length)]) * (merge * merge)
     return order, boundaries.to(torch.int32)
 

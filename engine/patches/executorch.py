@@ -427,6 +427,61 @@ def _fix_int32_scatter_index_as_int64(gm: torch.fx.GraphModule, node: torch.fx.N
     return True
 
 
+@register_fx_node_fix("executorch")
+def _fix_cat_of_empty_tensors_as_full(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make a ``torch.cat`` whose inputs are all empty, with symbolic sizes in its shape, an ``aten.full`` of that
+    shape whose symbolic sizes are graph nodes (``sym_size`` of the inputs, summed along the cat dim).
+
+    Pattern: a zero-width rotary half of a cache that no-rope layers keep, ``(batch, heads, length, 0)``,
+    concatenated with the past (GLM-5-Next's and Mistral Large 4's ``cache.update(k_pass, k_rot)``). ExecuTorch's
+    ``PruneEmptyTensorsPass`` replaces such a cat by ``aten.full(tuple(shape), 0)``, writing the ``SymInt`` sizes
+    into the node's arguments as values, not graph nodes, and the emitter fails: "Unsupported type encountered in
+    int list". Left as a cat, the runtime's cat kernel gives the empty output another shape. The same ``full``
+    with its sizes computed in the graph is what the pass means. TODO: upstream issue not found
+    (executorch/exir/passes/prune_empty_tensors_pass.py, introduced by https://github.com/pytorch/executorch/pull/7954).
+    """
+    if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
+        return False
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    inputs = node.args[0]
+    out = node.meta.get("val")
+    if not isinstance(out, torch.Tensor) or not free_symbols(out.shape) or not all(
+            isinstance(i, torch.fx.Node) and statically_known_true(i.meta["val"].numel() == 0) for i in inputs):
+        return False
+    dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % out.dim()
+    with gm.graph.inserting_before(node):
+        def size_of(tensor: torch.fx.Node, d: int):
+            size = tensor.meta["val"].shape[d]
+            if not free_symbols(size):
+                return int(size)
+            new = gm.graph.call_function(torch.ops.aten.sym_size.int, (tensor, d))
+            new.meta["val"] = size
+            return new
+
+        sizes = []
+        for d in range(out.dim()):
+            if d != dim:
+                sizes.append(size_of(inputs[0], d))
+                continue
+            total = 0
+            for tensor in inputs:
+                part = size_of(tensor, d)
+                if isinstance(total, int) and isinstance(part, int):
+                    total += part
+                else:
+                    summed = gm.graph.call_function(operator.add, (total, part))
+                    summed.meta["val"] = (total.meta["val"] if isinstance(total, torch.fx.Node) else total) + (
+                        part.meta["val"] if isinstance(part, torch.fx.Node) else part)
+                    total = summed
+            sizes.append(total)
+        full = gm.graph.call_function(torch.ops.aten.full.default, (sizes, 0), {"dtype": out.dtype, "device": out.device})
+    full.meta.update(node.meta)
+    node.replace_all_uses_with(full)
+    gm.graph.erase_node(node)
+    return True
+
+
 _SORTS = (torch.ops.aten.sort.default, torch.ops.aten.sort.stable)
 
 

@@ -276,3 +276,23 @@ def test_int32_scatter_and_gather_indices():
     for inputs in (sample, {"scores": torch.randn(3, 4, 7)}):
         comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=0, rtol=0)
         assert comparison.ok, str(comparison)
+
+
+class _ZeroWidthCacheHalf(torch.nn.Module):
+    """A no-rope layer's zero-width rotary half of its cache, concatenated with the past (GLM-5-Next)."""
+
+    def forward(self, x):
+        rotary = x[..., :0]
+        return torch.cat([rotary, rotary], dim=1), x * 2
+
+
+def test_a_cat_of_empty_tensors_with_symbolic_sizes():
+    model = _ZeroWidthCacheHalf().eval()
+    sample = {"x": torch.randn(2, 5, 4)}
+    manager = ExecutorchExporter().export(model, sample, config={"dynamic": True})
+    for inputs in (sample, {"x": torch.randn(3, 6, 4)}):
+        got = run_exported(manager, inputs)
+        expected = eager_leaves(model, inputs)
+        assert [tuple(t.shape) for t in got.values()] == [tuple(t.shape) for t in expected.values()]
+        comparison = compare_leaves(expected, got, atol=0, rtol=0)
+        assert comparison.ok, str(comparison)
