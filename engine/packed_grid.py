@@ -4,8 +4,9 @@ Pattern: Qwen-VL-style vision towers pack every image's patches into one sequenc
 ``(P, d)``, and derive from ``grid_thw`` ``(images, 3)``: the rotary position ids (a loop over
 ``grid_thw.tolist()`` building ``arange(h)``/``arange(w)`` meshes per image), the per-frame ``cu_seqlens``
 (``repeat_interleave(h * w, t)``), the position-embedding interpolation taps (``repeat_interleave`` of each
-image's ``h``, ``w`` over its ``t * h * w`` patches) and Qwen2.5-VL's window attention order (a loop that sizes
-``arange``/``F.pad`` with ``int()`` of each grid value). Under torch.export ``int()`` of a value read from an
+image's ``h``, ``w`` over its ``t * h * w`` patches), Qwen2.5-VL's window attention order (a loop that sizes
+``arange``/``F.pad`` with ``int()`` of each grid value) and NaViT's nearest-bucket position ids (the same loop over
+``target_sizes``, MiniCPM-V). Under torch.export ``int()`` of a value read from an
 input fails outright ("Could not extract specialized integer from data-dependent expression",
 https://github.com/pytorch/pytorch/issues/158786); the other loops pin the number of images and leave sizes that
 are sums and quotients of the values read (``u68 // u65``), which no bound on the inputs bounds, so ExecuTorch
@@ -154,6 +155,25 @@ def _window_index(grid_thw, spatial_merge_size, window_size, patch_size):
     return order, boundaries.to(torch.int32)
 
 
+def _nearest_position_ids(target_sizes, num_patches_per_side):
+    """NaViT's (MiniCPM-V) nearest-bucket position ids: each packed patch's (row / h, column / w) bucketed on a
+    ``num_patches_per_side`` grid, images one after another."""
+    device = target_sizes.device
+    boundaries = torch.arange(1 / num_patches_per_side, 1.0, 1 / num_patches_per_side, device=device)
+    heights, widths = target_sizes[:, 0], target_sizes[:, 1]
+    counts = heights * widths
+    length = counts.sum().item()
+    torch._check(length >= 0)
+    ends = counts.cumsum(0)
+    positions = torch.arange(length, device=device)
+    image = (positions[:, None] >= ends[None, :]).sum(-1)
+    local = positions - (ends - counts)[image]
+    width = widths[image]
+    bucket_h = torch.bucketize((local // width) / heights[image], boundaries, right=True)
+    bucket_w = torch.bucketize((local % width) / width, boundaries, right=True)
+    return bucket_h * num_patches_per_side + bucket_w
+
+
 #: the helpers of ``transformers.vision_utils`` replaced: how each is computed without a per-image loop, and the
 #: keys of a value the caller precomputed (which the original pops from its ``kwargs`` and returns)
 REPLACEMENTS: dict[str, tuple[Callable, tuple[str, ...]]] = {
@@ -161,6 +181,7 @@ REPLACEMENTS: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "get_vision_cu_seqlens": (_cu_seqlens, ("cu_seqlens",)),
     "get_vision_interpolation_indices_and_weights": (_interpolation, ("interp_indices", "interp_weights")),
     "get_vision_window_index": (_window_index, ("window_index", "cu_window_seqlens")),
+    "get_vision_nearest_position_ids": (_nearest_position_ids, ("position_ids",)),
 }
 
 

@@ -450,6 +450,9 @@ def _fix_cat_of_empty_tensors_as_full(gm: torch.fx.GraphModule, node: torch.fx.N
             isinstance(i, torch.fx.Node) and statically_known_true(i.meta["val"].numel() == 0) for i in inputs):
         return False
     dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % out.dim()
+    inputs = [i for i in inputs if i.meta["val"].dim() == out.dim()]  # torch.cat skips legacy 1-D (0,) tensors
+    if not inputs:
+        return False
     with gm.graph.inserting_before(node):
         def size_of(tensor: torch.fx.Node, d: int):
             size = tensor.meta["val"].shape[d]

@@ -39,6 +39,8 @@ def test_vectorized_helpers_equal_transformers(grid, include_temporal, merge_tem
                lambda f, mode=mode, corners=corners: f(grid_thw, 5, mode=mode, align_corners=corners,
                                                        spatial_merge_size=merge if isinstance(merge, int) else 1))
               for mode in ("bilinear", "bicubic") for corners in (False, True)]
+    sizes = grid_thw[:, 1:] * grid_thw[:, :1]  # (h, w) per image, for NaViT's buckets
+    calls += [("get_vision_nearest_position_ids", lambda f, n=n: f(sizes, n)) for n in (3, 7)]
     if isinstance(merge, int):  # windows of 1, 2 and 4 merged tokens (window_size // merge // patch_size)
         calls += [("get_vision_window_index", lambda f, w=w: f(grid_thw, merge, w * merge * 2, 2)) for w in (1, 2, 4)]
     for name, call in calls:
