@@ -42,17 +42,23 @@ import torch.nn.functional as F
 _VISION_UTILS = "transformers.vision_utils"
 
 
-def packed_positions(grid_thw: torch.Tensor, spatial_merge_size: int | torch.Tensor = 1) -> dict[str, torch.Tensor]:
-    """Per packed position (image after image, frame after frame, each frame's patches in spatial-merge-block
-    order): its ``image``, ``frame`` (within the image), ``row`` and ``col``, and its image's ``height``/``width``."""
-    counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
+def images_of_positions(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int | torch.SymInt]:
+    """For the ``sum(counts)`` positions of images packed one after another (``counts[i]`` positions each): each
+    position's image (the number of images that end at or before it) and its offset within that image; and the
+    total (data-dependent under torch.export)."""
     length = counts.sum().item()
     torch._check(length >= 0)
     ends = counts.cumsum(0)
-    positions = torch.arange(length, device=grid_thw.device)
+    positions = torch.arange(length, device=counts.device)
     image = (positions[:, None] >= ends[None, :]).sum(-1)
+    return image, positions - (ends - counts)[image], length
+
+
+def packed_positions(grid_thw: torch.Tensor, spatial_merge_size: int | torch.Tensor = 1) -> dict[str, torch.Tensor]:
+    """Per packed position (image after image, frame after frame, each frame's patches in spatial-merge-block
+    order): its ``image``, ``frame`` (within the image), ``row`` and ``col``, and its image's ``height``/``width``."""
+    image, offset, _ = images_of_positions(grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2])
     height, width = grid_thw[image, 1], grid_thw[image, 2]
-    offset = positions - (ends - counts)[image]
     frame, within = offset // (height * width), offset % (height * width)
     merge = spatial_merge_size[image] if isinstance(spatial_merge_size, torch.Tensor) else spatial_merge_size
     blocks_w = width // merge
@@ -63,12 +69,8 @@ def packed_positions(grid_thw: torch.Tensor, spatial_merge_size: int | torch.Ten
 
 def frame_boundaries(grid_thw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``cu_seqlens`` of one segment per frame (``t`` frames of ``h * w`` patches per image), without
-    ``repeat_interleave``: frame ``k``'s image is the number of images whose cumulative frame count is at most
-    ``k``."""
-    frames_per_image = grid_thw[:, 0]
-    frames = frames_per_image.sum().item()
-    torch._check(frames >= 0)
-    frame_image = (torch.arange(frames, device=grid_thw.device)[:, None] >= frames_per_image.cumsum(0)[None, :]).sum(-1)
+    ``repeat_interleave``: each frame's image as each patch's above, its length that image's ``h * w``."""
+    frame_image, _, _ = images_of_positions(grid_thw[:, 0])
     seqlens = (grid_thw[:, 1] * grid_thw[:, 2])[frame_image]
     return F.pad(seqlens.cumsum(0, dtype=dtype), (1, 0), value=0)
 
@@ -132,13 +134,7 @@ def _window_index(grid_thw, spatial_merge_size, window_size, patch_size):
     window = window_size // spatial_merge_size // patch_size
     frames, rows, cols = grid_thw[:, 0], grid_thw[:, 1] // merge, grid_thw[:, 2] // merge
     windows_h, windows_w = rows // window + 1, cols // window + 1  # the original pads by window - size % window
-    counts = frames * rows * cols
-    length = counts.sum().item()
-    torch._check(length >= 0)
-    ends = counts.cumsum(0)
-    token = torch.arange(length, device=grid_thw.device)
-    image = (token[:, None] >= ends[None, :]).sum(-1)
-    local = token - (ends - counts)[image]
+    image, local, length = images_of_positions(frames * rows * cols)
     per_frame = (rows * cols)[image]
     frame, within = local // per_frame, local % per_frame
     row, col = within // cols[image], within % cols[image]
@@ -161,13 +157,7 @@ def _nearest_position_ids(target_sizes, num_patches_per_side):
     device = target_sizes.device
     boundaries = torch.arange(1 / num_patches_per_side, 1.0, 1 / num_patches_per_side, device=device)
     heights, widths = target_sizes[:, 0], target_sizes[:, 1]
-    counts = heights * widths
-    length = counts.sum().item()
-    torch._check(length >= 0)
-    ends = counts.cumsum(0)
-    positions = torch.arange(length, device=device)
-    image = (positions[:, None] >= ends[None, :]).sum(-1)
-    local = positions - (ends - counts)[image]
+    image, local, _ = images_of_positions(heights * widths)
     width = widths[image]
     bucket_h = torch.bucketize((local // width) / heights[image], boundaries, right=True)
     bucket_w = torch.bucketize((local % width) / width, boundaries, right=True)
