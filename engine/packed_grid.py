@@ -56,15 +56,18 @@ def images_of_positions(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 def packed_positions(grid_thw: torch.Tensor, spatial_merge_size: int | torch.Tensor = 1) -> dict[str, torch.Tensor]:
     """Per packed position (image after image, frame after frame, each frame's patches in spatial-merge-block
-    order): its ``image``, ``frame`` (within the image), ``row`` and ``col``, and its image's ``height``/``width``."""
-    image, offset, _ = images_of_positions(grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2])
+    order): its ``image``, ``frame`` (within the image), ``row`` and ``col``, its image's ``height``/``width``, and
+    where its image starts in the packed sequence and its frame within the image (``image_start``,
+    ``frame_start``)."""
+    image, offset, length = images_of_positions(grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2])
     height, width = grid_thw[image, 1], grid_thw[image, 2]
     frame, within = offset // (height * width), offset % (height * width)
     merge = spatial_merge_size[image] if isinstance(spatial_merge_size, torch.Tensor) else spatial_merge_size
     blocks_w = width // merge
     row = (within // (merge * merge * blocks_w)) * merge + (within // merge) % merge
     col = ((within // (merge * merge)) % blocks_w) * merge + within % merge
-    return {"image": image, "frame": frame, "row": row, "col": col, "height": height, "width": width}
+    return {"image": image, "frame": frame, "row": row, "col": col, "height": height, "width": width,
+            "frame_start": offset - within, "image_start": torch.arange(length, device=grid_thw.device) - offset}
 
 
 def frame_boundaries(grid_thw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -162,6 +165,20 @@ def _nearest_position_ids(target_sizes, num_patches_per_side):
     bucket_h = torch.bucketize((local // width) / heights[image], boundaries, right=True)
     bucket_w = torch.bucketize((local % width) / width, boundaries, right=True)
     return bucket_h * num_patches_per_side + bucket_w
+
+
+def frame_index(grid_thw: torch.Tensor) -> torch.Tensor:
+    """Kimi-K2.5's per-patch temporal embedding row: 0 for every patch of a single-frame clip, ``frame + 1``
+    for frame ``frame`` of a longer one."""
+    p = packed_positions(grid_thw)
+    return p["frame"] + (grid_thw[p["image"], 0] > 1).to(p["frame"].dtype)
+
+
+def pixel_shuffle_index(grid_thw: torch.Tensor, merge_size: int) -> torch.Tensor:
+    """MuSE's gather index that groups each ``merge_size x merge_size`` block of a frame into consecutive rows:
+    for each position in block order, the raster index of its patch in the packed sequence."""
+    p = packed_positions(grid_thw, merge_size)
+    return p["image_start"] + p["frame_start"] + p["row"] * p["width"] + p["col"]
 
 
 #: the helpers of ``transformers.vision_utils`` replaced: how each is computed without a per-image loop, and the

@@ -281,3 +281,34 @@ def _patch_extra_conv_padding_in_integer_math(original):
         return n_frames * self.stride + self.kernel_size - self.padding_total - length
 
     return _get_extra_padding_for_conv1d
+
+
+#: modules with the same (copied) MuSE ``get_vision_pixel_shuffle_index``
+_PIXEL_SHUFFLE_INDEX_MODULES = ("muse_glimmer", "muse_spark")
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.get_vision_pixel_shuffle_index"
+                            for m in _PIXEL_SHUFFLE_INDEX_MODULES))
+def _patch_pixel_shuffle_index_without_a_loop(original):
+    """Pattern: MuSE's vision tower builds its pixel-shuffle gather index in a loop over ``grid_thw.tolist()`` that
+    calls ``int()`` on each value (modeling_muse_glimmer.py:771): torch.export refuses ``int()`` of a value read
+    from an input ("Could not extract specialized integer from data-dependent expression",
+    https://github.com/pytorch/pytorch/issues/158786). The same index from each packed position's image, frame and
+    block-order (row, column) (:func:`engine.packed_grid.pixel_shuffle_index`); a value precomputed in ``kwargs``
+    goes to the original, which pops it.
+    """
+    from engine.packed_grid import _vectorized, pixel_shuffle_index
+
+    return _vectorized(original, pixel_shuffle_index, ("pixel_shuffle_index",))
+
+
+@register_patch("dynamo", "transformers.models.kimi_k25.modeling_kimi_k25.get_vision_frame_index")
+def _patch_frame_index_without_a_loop(original):
+    """Pattern: Kimi-K2.5's vision tower builds its per-patch temporal index in a loop over ``grid_thw.tolist()``
+    that calls ``int()`` on each value (modeling_kimi_k25.py:91): refused by torch.export as above
+    (https://github.com/pytorch/pytorch/issues/158786). The same index from each packed position's image and frame
+    (:func:`engine.packed_grid.frame_index`); a value precomputed in ``kwargs`` goes to the original.
+    """
+    from engine.packed_grid import _vectorized, frame_index
+
+    return _vectorized(original, frame_index, ("frame_index",))
