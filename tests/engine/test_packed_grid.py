@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.packed_grid import REPLACEMENTS, _vectorized, vectorized_vision_grids
+from engine.packed_grid import REPLACEMENTS, _vectorized, frame_index, pixel_shuffle_index, vectorized_vision_grids
 from tests.engine.test_packed_attention import _images, _tiny_vision_tower
 
 vision_utils = pytest.importorskip("transformers.vision_utils")
@@ -39,6 +39,14 @@ def test_vectorized_helpers_equal_transformers(grid, include_temporal, merge_tem
                lambda f, mode=mode, corners=corners: f(grid_thw, 5, mode=mode, align_corners=corners,
                                                        spatial_merge_size=merge if isinstance(merge, int) else 1))
               for mode in ("bilinear", "bicubic") for corners in (False, True)]
+    if isinstance(merge, int):  # the models' own helpers of the same loop (Kimi-K2.5, MuSE)
+        from transformers.models.kimi_k25 import modeling_kimi_k25
+        from transformers.models.muse_glimmer import modeling_muse_glimmer
+
+        for expected, got in [(modeling_kimi_k25.get_vision_frame_index(grid_thw), frame_index(grid_thw)),
+                              (modeling_muse_glimmer.get_vision_pixel_shuffle_index(grid_thw, merge),
+                               pixel_shuffle_index(grid_thw, merge))]:
+            assert got.dtype == expected.dtype and torch.equal(got, expected)
     sizes = grid_thw[:, 1:] * grid_thw[:, :1]  # (h, w) per image, for NaViT's buckets
     calls += [("get_vision_nearest_position_ids", lambda f, n=n: f(sizes, n)) for n in (3, 7)]
     if isinstance(merge, int):  # windows of 1, 2 and 4 merged tokens (window_size // merge // patch_size)
