@@ -92,7 +92,8 @@ def _patch_sdpa_broadcasts_for_attention_op(original: Callable) -> Callable:
             if not kwargs.get("enable_gqa", False) and isinstance(key.shape[1], int) and key.shape[1] == 1:
                 key = key.expand(key.shape[0], heads, *key.shape[2:])
                 value = value.expand(value.shape[0], heads, *value.shape[2:])
-            if isinstance(attn_mask, torch.Tensor) and attn_mask.dim() >= 2 and attn_mask.shape[-2] == 1:
+            # a static 1 only: a packed length read from data (MuSE's vision tower) must not be guarded on
+            if isinstance(attn_mask, torch.Tensor) and attn_mask.dim() >= 2 and _static_one(attn_mask.shape[-2]):
                 attn_mask = attn_mask.expand(*attn_mask.shape[:-2], query.shape[-2], attn_mask.shape[-1])
         return original(query, key, value, attn_mask, *args, **kwargs)
 
