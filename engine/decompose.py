@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -466,7 +467,8 @@ def decompose_for_generation(model: torch.nn.Module, inputs: Mapping[str, Any], 
         plan.multimodal_prefill = learn_multimodal_prefill(model, components, plan)
         if plan.multimodal_prefill is not None:
             ids = components["prefill"][1][plan.token_input]
-            components["embed_tokens"] = (model.get_input_embeddings(), {"input": ids})
+            embed = model.get_input_embeddings()  # nn.Embedding takes `input`; a model's own module may not (MuSE)
+            components["embed_tokens"] = (embed, {next(iter(inspect.signature(embed.forward).parameters)): ids})
             plan.templates.update({name: components[name][1] for name in ("embed_tokens", "language_model", "lm_head")})
     return components
 

@@ -148,7 +148,7 @@ def run_multimodal_prefill(components: Mapping[str, Any], plan: GenerationPlan, 
     language model's other outputs (its cache)."""
     route = plan.multimodal_prefill
     ids = kwargs[plan.token_input]
-    embedded = next(iter(_run(components, "embed_tokens", {"input": ids}).values()))
+    embedded = next(iter(_run(components, "embed_tokens", {next(iter(plan.templates["embed_tokens"])): ids}).values()))
     merged = merge_features(embedded, ids, kwargs, route.placeholders)
     if merged is None:
         raise InputError(f"the prompt's placeholder tokens {sorted(t for t, _ in route.placeholders.values())} do not match "

@@ -312,3 +312,26 @@ def _patch_frame_index_without_a_loop(original):
     from engine.packed_grid import _vectorized, frame_index
 
     return _vectorized(original, frame_index, ("frame_index",))
+
+
+#: modules that size tensors with ``int()`` of a 0-d tensor sum (Kimi-K2.5's ``get_vision_temporal_merge_index``:
+#: ``num_patches = int(patches_per_video.sum())``)
+_TENSOR_INT_MODULES = ("kimi_k25",)
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.int" for m in _TENSOR_INT_MODULES))
+def _patch_int_of_tensor_as_unbacked_value(original):
+    """Pattern: ``num_patches = int(patches_per_video.sum())`` sizes the packed index tensors of a vectorized
+    helper from a value read from an input. ``int()`` must return a Python int, so torch.export refuses it
+    ("Could not extract specialized integer from data-dependent expression",
+    https://github.com/pytorch/pytorch/issues/158786). Within the module, ``int`` of a one-element tensor is
+    ``tensor.item()``: the same int in eager, a data-dependent size (an unbacked symbol) under export, which the
+    helper's ``arange``/``zeros`` take. Anything else goes to the builtin.
+    """
+
+    def int_(value=0, *args):
+        if not args and isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+            return value.item()
+        return builtins.int(value, *args)
+
+    return int_
