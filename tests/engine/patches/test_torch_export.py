@@ -150,3 +150,18 @@ def test_inverse_normal_cdf_exports_and_runs(backend):
     module = _InverseErf().eval()
     _assert_exports_and_runs(module, {"p": torch.tensor([0.5, 0.95, 0.01])},
                              {"p": torch.tensor([0.2, 0.999, 0.5, 1e-4, 0.75])}, backend, tolerance=1e-5)
+
+
+class _VideoOfEachPatch(torch.nn.Module):
+    """Kimi-K2.5's temporal merge index: each packed patch's video, from the patches per video and their total."""
+
+    def forward(self, grid):
+        patches = grid.prod(-1)
+        return torch.repeat_interleave(patches, output_size=patches.sum().item())
+
+
+@pytest.mark.parametrize("backend", ["onnx", "executorch"])
+def test_repeat_interleave_of_a_known_length_exports_and_runs(backend):
+    module = _VideoOfEachPatch().eval()
+    _assert_exports_and_runs(module, {"grid": torch.tensor([[1, 2, 2], [2, 1, 3]])},
+                             {"grid": torch.tensor([[2, 2, 2], [1, 1, 3], [1, 2, 1]])}, backend, tolerance=0)
