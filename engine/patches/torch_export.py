@@ -103,11 +103,15 @@ def _fix_complex_tensors_as_real_pairs(gm: torch.fx.GraphModule, node: torch.fx.
     return _touches_complex(node) and complex_as_real_pairs(gm) > 0
 
 
+_REPEAT_INTERLEAVES = (torch.ops.aten.repeat_interleave.Tensor, torch.ops.aten.repeat_interleave.self_Tensor)
+
+
 @register_fx_node_fix("onnx")
 @register_fx_node_fix("executorch")
 def _fix_repeat_interleave_of_known_length_as_comparison_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Make ``torch.repeat_interleave(repeats, output_size=n)`` (the index form: ``i`` repeated ``repeats[i]``
-    times) a comparison count: output position ``k`` holds the number of cumulative repeats at or below ``k``.
+    times) a comparison count: output position ``k`` holds the number of cumulative repeats at or below ``k``;
+    ``torch.repeat_interleave(x, repeats, output_size=n)`` of a 1-D ``x``, ``x`` gathered at those indices.
 
     Pattern: Kimi-K2.5's vectorized temporal merge index (``get_vision_temporal_merge_index``) gives each packed
     patch its video with ``repeat_interleave(patches_per_video, output_size=num_patches)``.
@@ -117,19 +121,25 @@ def _fix_repeat_interleave_of_known_length_as_comparison_count(gm: torch.fx.Grap
     same indices with ops both backends have (memory ``n x len(repeats)``). Without ``output_size`` the length is
     a new data-dependent size, and the node is left as it is. TODO: upstream issue not found.
     """
-    if node.op != "call_function" or node.target is not torch.ops.aten.repeat_interleave.Tensor:
+    if node.op != "call_function" or node.target not in _REPEAT_INTERLEAVES:
         return False
-    length = node.kwargs.get("output_size", node.args[1] if len(node.args) > 1 else None)
-    if length is None:
-        return False
-    (repeats,) = node.args[:1]
-    positions = _call(gm, node, torch.ops.aten.arange.default, length, dtype=node.meta["val"].dtype)
+    bound = node.normalized_arguments(gm, normalize_to_only_use_kwargs=True).kwargs  # every argument, by name
+    length, repeats = bound.get("output_size"), bound["repeats"]
+    source = bound.get("input") if node.target is torch.ops.aten.repeat_interleave.self_Tensor else None
+    if length is None or (source is not None and (repeats.meta["val"].dim() != 1 or source.meta["val"].dim() != 1
+                                                  or bound.get("dim") not in (None, 0, -1))):
+        return False  # the index form, or one 1-D tensor repeated element-wise (what the models do)
+    positions = _call(gm, node, torch.ops.aten.arange.default, length, dtype=repeats.meta["val"].dtype)
     ends = _call(gm, node, torch.ops.aten.cumsum.default, repeats, 0)
     column = _call(gm, node, torch.ops.aten.unsqueeze.default, positions, 1)
     row = _call(gm, node, torch.ops.aten.unsqueeze.default, ends, 0)
     covered = _call(gm, node, torch.ops.aten.ge.Tensor, column, row)
-    # the node becomes the count in place: it keeps its name, which the program's output specs may refer to
-    node.target, node.args, node.kwargs = torch.ops.aten.sum.dim_IntList, (covered, [-1]), {"dtype": node.meta["val"].dtype}
+    # the node becomes the result in place: it keeps its name, which the program's output specs may refer to
+    if source is None:
+        node.target, node.args, node.kwargs = torch.ops.aten.sum.dim_IntList, (covered, [-1]), {"dtype": repeats.meta["val"].dtype}
+    else:
+        index = _call(gm, node, torch.ops.aten.sum.dim_IntList, covered, [-1], dtype=torch.int64)
+        node.target, node.args, node.kwargs = torch.ops.aten.index_select.default, (source, 0, index), {}
     return True
 
 

@@ -157,7 +157,10 @@ class _VideoOfEachPatch(torch.nn.Module):
 
     def forward(self, grid):
         patches = grid.prod(-1)
-        return torch.repeat_interleave(patches, output_size=patches.sum().item())
+        total = patches.sum().item()
+        videos = torch.arange(grid.shape[0]) * 10
+        return (torch.repeat_interleave(patches, output_size=total),
+                torch.repeat_interleave(videos, patches, output_size=total))
 
 
 @pytest.mark.parametrize("backend", ["onnx", "executorch"])
