@@ -14,7 +14,6 @@ it does not know, or a complex output, is left as it is (and fails as before, na
 
 from __future__ import annotations
 
-import contextlib
 import math
 import operator
 from collections.abc import Callable
@@ -31,26 +30,17 @@ def _is_complex(value) -> bool:
 
 
 class _Emitter:
-    """New nodes before ``anchor`` (with its meta and their own fake ``val``, computed in ``fake_mode``):
-    ``self(target, *args)``."""
+    """New nodes before ``anchor`` (its meta, their own fake ``val``: ``engine.patches.torch_export._call``), without
+    the anchor's ``tensor_meta``, which describes another tensor: ``self(target, *args)``."""
 
-    def __init__(self, gm: torch.fx.GraphModule, anchor: torch.fx.Node, fake_mode):
-        self.gm, self.anchor, self.fake_mode = gm, anchor, fake_mode
+    def __init__(self, gm: torch.fx.GraphModule, anchor: torch.fx.Node):
+        self.gm, self.anchor = gm, anchor
 
     def __call__(self, target, *args, **kwargs) -> torch.fx.Node:
-        with self.gm.graph.inserting_before(self.anchor):
-            new = self.gm.graph.call_function(target, args, kwargs)
-        new.meta.update({k: v for k, v in self.anchor.meta.items() if k not in ("val", "tensor_meta")})
+        from engine.patches.torch_export import _call
 
-        def value(a):
-            if isinstance(a, torch.fx.Node):
-                return a.meta["val"]
-            if isinstance(a, (list, tuple)):
-                return type(a)(value(x) for x in a)
-            return a
-
-        with self.fake_mode if self.fake_mode is not None else contextlib.nullcontext():
-            new.meta["val"] = target(*value(list(args)), **{k: value(v) for k, v in kwargs.items()})
+        new = _call(self.gm, self.anchor, target, *args, **kwargs)
+        new.meta.pop("tensor_meta", None)
         return new
 
     # pairs ---------------------------------------------------------------------------------------------------
@@ -211,24 +201,11 @@ def _part(index: int):
     return rule
 
 
-def _arguments(node: torch.fx.Node) -> dict:
-    """The node's arguments by their schema names, defaults filled."""
-    bound = {}
-    for i, argument in enumerate(node.target._schema.arguments):
-        if i < len(node.args):
-            bound[argument.name] = node.args[i]
-        elif argument.name in node.kwargs:
-            bound[argument.name] = node.kwargs[argument.name]
-        elif argument.has_default_value():
-            bound[argument.name] = argument.default_value
-    return bound
-
-
 def _fourier(inverse: bool, many: bool):
     """``torch.fft.fft``/``ifft`` (one dim) and ``fftn``/``ifftn`` (``dim=`` dims) without resizing (``n``/``s``)."""
     def rule(e, node, pair_of):
-        bound = _arguments(node)
-        x = bound["self"]
+        bound = node.normalized_arguments(e.gm, normalize_to_only_use_kwargs=True).kwargs  # by name, defaults filled
+        x = bound["input"]
         value = x.meta["val"]
         if bound.get("s" if many else "n") is not None:
             return None
@@ -249,8 +226,8 @@ def _fourier(inverse: bool, many: bool):
 def _inverse_real_fourier(e, node, pair_of):
     """``torch.fft.irfft`` of the ``M`` non-negative frequency bins to ``2 (M - 1)`` real samples: each bin but the
     first and the last stands for itself and its conjugate (weight 2); imaginary parts of those two are ignored."""
-    bound = _arguments(node)
-    x, norm = bound["self"], bound.get("norm")
+    bound = node.normalized_arguments(e.gm, normalize_to_only_use_kwargs=True).kwargs
+    x, norm = bound["input"], bound.get("norm")
     value = x.meta["val"]
     rank = value.dim()
     dim = bound.get("dim", -1) % rank
@@ -316,7 +293,7 @@ RULES: dict = {
 }
 
 
-def _touches_complex(node: torch.fx.Node) -> bool:
+def touches_complex(node: torch.fx.Node) -> bool:
     values = node.meta.get("val")
     values = list(values) if isinstance(values, (list, tuple)) else [values]
     return any(_is_complex(v) for v in values) or any(_is_complex(a.meta.get("val")) for a in node.all_input_nodes)
@@ -325,21 +302,18 @@ def _touches_complex(node: torch.fx.Node) -> bool:
 def complex_as_real_pairs(gm: torch.fx.GraphModule) -> int:
     """Rewrite every complex-valued node of ``gm`` (see the module docstring); returns how many nodes were
     rewritten, 0 when the graph has none or has one this rewrite does not know (the graph is then unchanged)."""
-    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and _touches_complex(n)]
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and touches_complex(n)]
     if not nodes:
         return 0
-    if any(n.op in ("placeholder", "output") and _touches_complex(n) for n in gm.graph.nodes if n.op != "call_function"):
+    if any(n.op in ("placeholder", "output") and touches_complex(n) for n in gm.graph.nodes if n.op != "call_function"):
         return 0
     if any(n.target not in RULES for n in nodes):
         return 0
-    from torch._guards import detect_fake_mode
-
-    fake_mode = detect_fake_mode([n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"])
     pairs: dict[torch.fx.Node, torch.fx.Node] = {}
     new_nodes: list[torch.fx.Node] = []
     results: dict[torch.fx.Node, object] = {}
     for node in nodes:
-        emitter = _Emitter(gm, node, fake_mode)
+        emitter = _Emitter(gm, node)
         before = set(gm.graph.nodes)
         result = RULES[node.target](emitter, node, pairs.__getitem__)
         new_nodes += [n for n in gm.graph.nodes if n not in before]

@@ -78,7 +78,7 @@ def frame_boundaries(grid_thw: torch.Tensor, dtype: torch.dtype) -> torch.Tensor
     return F.pad(seqlens.cumsum(0, dtype=dtype), (1, 0), value=0)
 
 
-def _vectorized(original: Callable, compute: Callable, precomputed: tuple[str, ...]) -> Callable:
+def vectorized_helper(original: Callable, compute: Callable, precomputed: tuple[str, ...]) -> Callable:
     """``compute(**bound arguments)``, or ``original`` where the caller's ``kwargs`` holds one of the
     ``precomputed`` keys (the original pops them) or the arguments are not the original's."""
     signature = inspect.signature(original)
@@ -218,5 +218,5 @@ def vectorized_vision_grids() -> Iterator[list[str]]:
     originals = {name: getattr(vision_utils, name) for name in REPLACEMENTS if hasattr(vision_utils, name)}
     originals = {n: f for n, f in originals.items() if not getattr(f, "__vectorized_vision_grid__", False)}
     bindings = _binding_modules(originals)
-    with swap_attributes([(module, name, _vectorized(originals[name], *REPLACEMENTS[name])) for module, name in bindings]):
+    with swap_attributes([(module, name, vectorized_helper(originals[name], *REPLACEMENTS[name])) for module, name in bindings]):
         yield sorted({module.__name__ for module, _ in bindings})

@@ -419,11 +419,9 @@ def _fix_int32_scatter_index_as_int64(gm: torch.fx.GraphModule, node: torch.fx.N
     index = node.args[position]
     if getattr(index.meta.get("val"), "dtype", None) != torch.int32:
         return False
-    with gm.graph.inserting_before(node):
-        wide = gm.graph.call_function(torch.ops.aten._to_copy.default, (index,), {"dtype": torch.int64})
-    wide.meta.update(index.meta)
-    wide.meta["val"] = index.meta["val"].to(torch.int64)
-    node.update_arg(position, wide)
+    from engine.patches.torch_export import _call
+
+    node.update_arg(position, _call(gm, node, torch.ops.aten._to_copy.default, index, dtype=torch.int64))
     return True
 
 
@@ -453,36 +451,18 @@ def _fix_cat_of_empty_tensors_as_full(gm: torch.fx.GraphModule, node: torch.fx.N
     inputs = [i for i in inputs if i.meta["val"].dim() == out.dim()]  # torch.cat skips legacy 1-D (0,) tensors
     if not inputs:
         return False
-    with gm.graph.inserting_before(node):
-        def size_of(tensor: torch.fx.Node, d: int):
-            size = tensor.meta["val"].shape[d]
-            if not free_symbols(size):
-                return int(size)
-            new = gm.graph.call_function(torch.ops.aten.sym_size.int, (tensor, d))
-            new.meta["val"] = size
-            return new
+    from engine.patches.torch_export import _call
 
-        sizes = []
-        for d in range(out.dim()):
-            if d != dim:
-                sizes.append(size_of(inputs[0], d))
-                continue
-            total = 0
-            for tensor in inputs:
-                part = size_of(tensor, d)
-                if isinstance(total, int) and isinstance(part, int):
-                    total += part
-                else:
-                    summed = gm.graph.call_function(operator.add, (total, part))
-                    summed.meta["val"] = (total.meta["val"] if isinstance(total, torch.fx.Node) else total) + (
-                        part.meta["val"] if isinstance(part, torch.fx.Node) else part)
-                    total = summed
-            sizes.append(total)
-        full = gm.graph.call_function(torch.ops.aten.full.default, (sizes, 0), {"dtype": out.dtype, "device": out.device})
-    full.meta.update(node.meta)
-    node.replace_all_uses_with(full)
-    gm.graph.erase_node(node)
-    return True
+    def size_of(tensor: torch.fx.Node, d: int):  # an int, or a sym_size node of a symbolic size
+        size = tensor.meta["val"].shape[d]
+        return _call(gm, node, torch.ops.aten.sym_size.int, tensor, d) if free_symbols(size) else int(size)
+
+    def add(a, b):
+        return a + b if isinstance(a, int) and isinstance(b, int) else _call(gm, node, operator.add, a, b)
+
+    sizes = [functools.reduce(add, (size_of(t, d) for t in inputs), 0) if d == dim else size_of(inputs[0], d)
+             for d in range(out.dim())]
+    return _replace_node(gm, node, torch.ops.aten.full.default, (sizes, 0), {"dtype": out.dtype, "device": out.device})
 
 
 _SORTS = (torch.ops.aten.sort.default, torch.ops.aten.sort.stable)

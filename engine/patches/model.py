@@ -297,9 +297,9 @@ def _patch_pixel_shuffle_index_without_a_loop(original):
     block-order (row, column) (:func:`engine.packed_grid.pixel_shuffle_index`); a value precomputed in ``kwargs``
     goes to the original, which pops it.
     """
-    from engine.packed_grid import _vectorized, pixel_shuffle_index
+    from engine.packed_grid import pixel_shuffle_index, vectorized_helper
 
-    return _vectorized(original, pixel_shuffle_index, ("pixel_shuffle_index",))
+    return vectorized_helper(original, pixel_shuffle_index, ("pixel_shuffle_index",))
 
 
 @register_patch("dynamo", "transformers.models.kimi_k25.modeling_kimi_k25.get_vision_frame_index")
@@ -309,9 +309,9 @@ def _patch_frame_index_without_a_loop(original):
     (https://github.com/pytorch/pytorch/issues/158786). The same index from each packed position's image and frame
     (:func:`engine.packed_grid.frame_index`); a value precomputed in ``kwargs`` goes to the original.
     """
-    from engine.packed_grid import _vectorized, frame_index
+    from engine.packed_grid import frame_index, vectorized_helper
 
-    return _vectorized(original, frame_index, ("frame_index",))
+    return vectorized_helper(original, frame_index, ("frame_index",))
 
 
 #: modules that size tensors with ``int()`` of a 0-d tensor sum (Kimi-K2.5's ``get_vision_temporal_merge_index``:

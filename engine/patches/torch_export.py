@@ -38,15 +38,27 @@ def _fix_is_all_true_as_all(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bo
     return True
 
 
+def _value(argument):
+    """An FX argument with each node replaced by its fake ``val`` (lists and tuples of nodes included)."""
+    if isinstance(argument, torch.fx.Node):
+        return argument.meta["val"]
+    if isinstance(argument, (list, tuple)):
+        return type(argument)(_value(a) for a in argument)
+    return argument
+
+
 def _call(gm: torch.fx.GraphModule, like: torch.fx.Node, target, *args, **kwargs) -> torch.fx.Node:
     """A new ``target(*args, **kwargs)`` node before ``like`` with ``like``'s meta and its own ``val`` (run on
-    the arguments' fake values, in the fake mode of ``like``'s)."""
+    the arguments' fake values, in the fake mode of ``like``'s, or of the arguments' where ``like`` has none)."""
+    from torch._guards import detect_fake_mode
+
     with gm.graph.inserting_before(like):
         new = gm.graph.call_function(target, args, kwargs)
     new.meta.update(like.meta)
-    fake_mode = getattr(like.meta.get("val"), "fake_mode", None)
+    values, keywords = _value(list(args)), {k: _value(v) for k, v in kwargs.items()}
+    fake_mode = getattr(like.meta.get("val"), "fake_mode", None) or detect_fake_mode(values)
     with fake_mode if fake_mode is not None else contextlib.nullcontext():
-        new.meta["val"] = target(*(a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args), **kwargs)
+        new.meta["val"] = target(*values, **keywords)
     return new
 
 
@@ -98,9 +110,9 @@ def _fix_complex_tensors_as_real_pairs(gm: torch.fx.GraphModule, node: torch.fx.
     """
     if node.op != "call_function" or getattr(node, "_erased", False):
         return False
-    from engine.complex_pairs import _touches_complex, complex_as_real_pairs
+    from engine.complex_pairs import complex_as_real_pairs, touches_complex
 
-    return _touches_complex(node) and complex_as_real_pairs(gm) > 0
+    return touches_complex(node) and complex_as_real_pairs(gm) > 0
 
 
 _REPEAT_INTERLEAVES = (torch.ops.aten.repeat_interleave.Tensor, torch.ops.aten.repeat_interleave.self_Tensor)

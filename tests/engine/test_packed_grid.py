@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.packed_grid import REPLACEMENTS, _vectorized, frame_index, pixel_shuffle_index, vectorized_vision_grids
+from engine.packed_grid import REPLACEMENTS, frame_index, pixel_shuffle_index, vectorized_helper, vectorized_vision_grids
 from tests.engine.test_packed_attention import _images, _tiny_vision_tower
 
 vision_utils = pytest.importorskip("transformers.vision_utils")
@@ -26,7 +26,7 @@ def _grids(draw):
 
 
 def _vectorized_helper(name: str):
-    return _vectorized(getattr(vision_utils, name), *REPLACEMENTS[name])
+    return vectorized_helper(getattr(vision_utils, name), *REPLACEMENTS[name])
 
 
 @settings(max_examples=60, deadline=None)
