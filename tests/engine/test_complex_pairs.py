@@ -119,9 +119,15 @@ def test_a_complex_op_without_a_rule_leaves_the_graph_unchanged():
 @pytest.mark.parametrize("backend", ["onnx", "executorch"])
 @pytest.mark.parametrize("case", ["rotary", "fourier", "istft"])
 def test_complex_models_export_and_run(backend, case):
+    def signal(*shape, seed):
+        return {"x": torch.randn(*shape, generator=torch.Generator().manual_seed(seed))}
+
     module, trace, run = {
         "rotary": (_ComplexRotary(), _rotary_inputs(2, 3, 5, 8, 0), _rotary_inputs(3, 3, 7, 8, 1)),
-        "fourier": (_FourierMixing(), {"x": torch.randn(2, 5, 6)}, {"x": torch.randn(3, 7, 6)}),
+        "fourier": (_FourierMixing(), signal(2, 5, 6, seed=0), signal(3, 7, 6, seed=1)),
         "istft": (_InverseSTFTHead(None), _signal_inputs(2, 5, 3, 0), _signal_inputs(3, 5, 4, 1)),
     }[case]
-    _assert_exports_and_runs(module.eval(), trace, run, backend, tolerance=1e-5)
+    # the 2-D DFT's outputs reach ~20 in float32: 1e-5 absolute is ~4 ulps there, below the rounding of its 42-term
+    # sums in either algorithm (onnxruntime's MatMul against torch's pocketfft differed by 1.6e-5 and 2.1e-5 on
+    # unseeded inputs); the sweep's own tolerance, 1e-4, for it
+    _assert_exports_and_runs(module.eval(), trace, run, backend, tolerance=1e-4 if case == "fourier" else 1e-5)
