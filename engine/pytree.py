@@ -20,7 +20,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import functools
 import json
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,9 +44,24 @@ _CACHE_BASES: tuple[type, ...] = (
 _LAYERS = "layers"
 
 
+@functools.cache
+def is_standalone_cache_class(cls: type) -> bool:
+    """A cache that transformers keeps outside its ``Cache`` hierarchy: a plain class named ``*Cache`` or
+    ``*CacheLayer`` defined in a transformers module (``ReformerDynamicCache``, ``xLSTMCache``, the streaming
+    models' ``*Conv1dPaddingCache`` and their layers). Models return them (and ``generate`` feeds them back) like
+    any cache, so they are flattened by the same reflection; unregistered, torch.export rejects them ("Found
+    <class ...> in output, which is not a known type", pytorch/pytorch#146835)."""
+    return (
+        cls.__module__.startswith("transformers.")
+        and cls.__name__.endswith(("Cache", "CacheLayer"))
+        and not issubclass(cls, (torch.nn.Module, torch.Tensor, Mapping, tuple, list))
+        and not dataclasses.is_dataclass(cls)
+    )
+
+
 def is_cache_object(obj: Any) -> bool:
-    """True for ``Cache`` instances and cache-layer instances (the reflected types)."""
-    return isinstance(obj, _CACHE_BASES)
+    """True for ``Cache`` instances, cache-layer instances and standalone caches (the reflected types)."""
+    return isinstance(obj, _CACHE_BASES) or is_standalone_cache_class(type(obj))
 
 
 def _holds_tensors(value: Any) -> bool:
@@ -202,8 +219,25 @@ def register_pytree_node_for(cls: type) -> bool:
     return True
 
 
+#: transformers modules already searched for standalone cache classes
+_SEARCHED_MODULES: set[str] = set()
+
+
+def _standalone_cache_classes() -> list[type]:
+    """The standalone cache classes of every transformers module loaded since the last call."""
+    found = []
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("transformers.models.") or name in _SEARCHED_MODULES or module is None:
+            continue
+        _SEARCHED_MODULES.add(name)
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and value.__module__ == name and is_standalone_cache_class(value):
+                found.append(value)
+    return found
+
+
 def register_pytree_nodes(*objects: Any) -> list[type]:
-    """Register every loaded ``Cache``/cache-layer class, and the types of any ``objects`` given.
+    """Register every loaded ``Cache``/cache-layer class and standalone cache, and the types of any ``objects``.
 
     Subclasses defined in modeling files exist only once their module is imported, so exporters call
     this with the sample inputs and the eager outputs: whatever cache type a model uses gets registered.
@@ -215,6 +249,9 @@ def register_pytree_nodes(*objects: Any) -> list[type]:
         for cls in [base, *_all_subclasses(base)]:
             if register_pytree_node_for(cls):
                 new.append(cls)
+    for cls in _standalone_cache_classes():
+        if register_pytree_node_for(cls):
+            new.append(cls)
     for obj in objects:
         for value in _walk_objects(obj):
             cls = type(value)

@@ -335,3 +335,27 @@ def _patch_int_of_tensor_as_unbacked_value(original):
         return builtins.int(value, *args)
 
     return int_
+
+
+@register_patch("dynamo", "transformers.models.reformer.modeling_reformer.AxialPositionEmbeddings.forward")
+def _patch_axial_positions_as_one_gather(original):
+    """Pattern: ``AxialPositionEmbeddings.forward`` (eval) cuts the axial grid to the columns the largest position id
+    needs (``position_ids.max().item()``) and selects each sample's rows with a Python list over
+    ``range(batch_size)``: the loop pins the batch to the traced one (``Eq(batch, 2)``). The grid's rows in
+    row-major order are the positions, so one index of the whole grid by ``position_ids`` selects the same rows
+    for every sample at once (cutting the grid first drops only rows no id reaches). Training (dropout over the
+    grid) goes to the original. No upstream issue found; TODO (transformers): a batched gather in eval.
+    """
+
+    def forward(self, position_ids):
+        if self.training:
+            return original(self, position_ids)
+        if math.prod(self.axial_pos_shape) < position_ids.shape[1]:
+            return original(self, position_ids)  # its error names the limit
+        grid = torch.cat(
+            [weight.expand(self.axial_pos_shape + weight.shape[-1:]).reshape(-1, weight.shape[-1]) for weight in self.weights],
+            dim=-1,
+        )
+        return grid[position_ids]
+
+    return forward
