@@ -18,6 +18,7 @@ import torch
 
 import engine.patches.model  # noqa: F401  (registers the model patches every exporter traces with)
 import engine.patches.program_io  # noqa: F401  (registers the fixes for what torch.export.save cannot write)
+import engine.patches.torch_export  # noqa: F401  (registers the torch.export internals every exporter traces with)
 from engine.configs import DynamoConfig
 from engine.errors import ExportStageError
 from engine.fake_mode import fake_dispatch_cache_off_while_tracing, restore_fake_dispatch_cache

@@ -7,7 +7,7 @@ Where to look for the workaround of X:
                                    version-ranged swaps and in-place FX rewrites, keyed by backend
 ``model``                          model code torch.export cannot trace with dynamic shapes (``"dynamo"``: every
                                    exporter traces with them)
-``torch_export``                   ops torch.export records that no lowering takes; torch.export internals' speed
+``torch_export``                   ops torch.export records that no lowering takes; torch.export internals (guards, speed)
 ``program_io``                     what ``torch.export.save`` cannot write, and the ``.pt2`` round trip's speed
 ``generation``                     cache state that must follow symbolic shapes in exported generation steps
 ``onnx``                           torch functions, torch.onnx/onnxscript internals and FX nodes for ONNX

@@ -359,3 +359,147 @@ def _patch_axial_positions_as_one_gather(original):
         return grid[position_ids]
 
     return forward
+
+
+class ArithmeticPositions:
+    """Funnel's position list ``[head] + [start + k * step for k in range(count)]`` with a symbolic ``count``.
+
+    The relative-position code reads only a list's first and last position and its length, so a pooled list is
+    described by those and stays symbolic, where a Python list pins the sequence length."""
+
+    def __init__(self, start, step, count, head=None):
+        self.start, self.step, self.count, self.head = start, step, count, head
+
+    @property
+    def first(self):
+        return self.start if self.head is None else self.head
+
+    @property
+    def last(self):
+        return self.start + (self.count - 1) * self.step
+
+    @property
+    def size(self):
+        return self.count + (self.head is not None)
+
+    def tail(self, drop_last: bool = False) -> ArithmeticPositions:
+        """``positions[1:]`` (``[1:-1]`` with ``drop_last``)."""
+        if self.head is not None:
+            start, count = self.start, self.count
+        else:
+            start, count = self.start + self.step, self.count - 1
+        return ArithmeticPositions(start, self.step, torch.sym_max(count - drop_last, 0))
+
+    def every_other(self) -> ArithmeticPositions:
+        """``positions[::2]`` of a list without a head."""
+        return ArithmeticPositions(self.start, 2 * self.step, (self.count + 1) // 2)
+
+
+_FUNNEL = "transformers.models.funnel.modeling_funnel"
+_FUNNEL_PATTERN = """Pattern: ``FunnelAttentionStructure.get_position_embeds`` (relative-shift attention) builds
+    ``pos = list(range(seq_len))`` and pools it with Python slices (``stride_pool_pos``) to size the relative
+    position ``arange`` (``relative_pos``): ``range`` of the symbolic length pins it to the traced one (``Eq(seq, 8)``;
+    transformers chose Python ints on purpose, its comment says, to keep those sizes static). While
+    ``get_position_embeds`` runs on a symbolic length, ``list(range(seq_len))`` is an :class:`ArithmeticPositions`,
+    which the two methods pool and measure as they do the list (the same ints; lists go to the originals). No upstream issue found; TODO
+    (transformers): position ids from ``torch.arange`` on the symbolic length."""
+
+
+@register_patch("dynamo", f"{_FUNNEL}.FunnelAttentionStructure.get_position_embeds")
+def _patch_funnel_positions_of_symbolic_length(original):
+    def get_position_embeds(self, seq_len, dtype, device):
+        if not isinstance(seq_len, torch.SymInt):
+            return original(self, seq_len, dtype, device)
+        module = inspect.getmodule(original)
+        symbolic = {"range": lambda *a: ArithmeticPositions(0, 1, seq_len) if len(a) == 1 and a[0] is seq_len else builtins.range(*a),
+                    "list": lambda value: value if isinstance(value, ArithmeticPositions) else builtins.list(value)}
+        saved = {name: module.__dict__[name] for name in symbolic if name in module.__dict__}
+        vars(module).update(symbolic)  # only while this call runs: the module's other code sees the builtins
+        try:
+            return original(self, seq_len, dtype, device)
+        finally:
+            for name in symbolic:
+                if name in saved:
+                    setattr(module, name, saved[name])
+                else:
+                    delattr(module, name)
+
+    return get_position_embeds
+
+
+@register_patch("dynamo", f"{_FUNNEL}.FunnelAttentionStructure.stride_pool_pos")
+def _patch_funnel_pooled_positions(original):
+    def stride_pool_pos(self, pos_id, block_index):
+        if not isinstance(pos_id, ArithmeticPositions):
+            return original(self, pos_id, block_index)
+        if not self.config.separate_cls:
+            return pos_id.every_other()
+        pooled = pos_id.tail(drop_last=self.config.truncate_seq).every_other()
+        pooled.head = -(2**block_index) + 1
+        return pooled
+
+    return stride_pool_pos
+
+
+@register_patch("dynamo", f"{_FUNNEL}.FunnelAttentionStructure.relative_pos")
+def _patch_funnel_relative_positions(original):
+    def relative_pos(self, pos, stride, pooled_pos=None, shift=1, device=None):
+        if not isinstance(pos, ArithmeticPositions):
+            return original(self, pos, stride, pooled_pos, shift, device)
+        pooled_pos = pos if pooled_pos is None else pooled_pos
+        max_dist = pooled_pos.first - pos.first + shift * pooled_pos.size * stride
+        min_dist = pooled_pos.first - pos.last
+        return torch.arange(max_dist, min_dist - 1, -stride, dtype=torch.long, device=device)
+
+    return relative_pos
+
+
+for _factory in (_patch_funnel_positions_of_symbolic_length, _patch_funnel_pooled_positions,
+                 _patch_funnel_relative_positions):
+    _factory.__doc__ = _FUNNEL_PATTERN
+
+
+@register_patch("dynamo", f"{_FUNNEL}._relative_shift_gather")
+def _patch_funnel_relative_shift_as_gather(original):
+    """Pattern: ``_relative_shift_gather`` shifts each query row's relative scores by reshaping
+    ``(seq, max_rel)`` to ``(max_rel, seq)``, dropping ``shift`` rows and reshaping back; on a symbolic length the
+    reshape of the sliced view guards a divisibility of the traced sizes (``(...) % (1 + (seq - 1)//2) != 0``),
+    which other lengths break. The same selection as the gather its own comment gives:
+    ``scores[i, shift * (seq - i) + j]`` (exactly equal on every length the model accepts, tested). No upstream
+    issue found; TODO (transformers): use the gather on the export path.
+    """
+
+    def relative_shift_gather(positional_attn, context_len, shift):
+        batch, heads, seq, _ = positional_attn.shape
+        rows = torch.arange(seq, device=positional_attn.device)[:, None]
+        cols = torch.arange(context_len, device=positional_attn.device)[None]
+        index = (shift * (seq - rows) + cols).expand(batch, heads, seq, context_len)
+        return positional_attn.gather(3, index)
+
+    return relative_shift_gather
+
+
+@register_patch("dynamo", f"{_FUNNEL}.upsample")
+def _patch_funnel_upsample_as_gather(original):
+    """Pattern: the decoder's ``upsample`` repeats the pooled tokens ``stride`` times (``repeat_interleave``), pads
+    and cuts them with ``output[:, :target_len - 1]``. On a symbolic length the slice's clamp and the cut view's
+    contiguity are decided by the traced sizes (at 8 tokens and stride 4 the repeated and target sizes are equal:
+    ``Eq(128*((seq - 1)//4) + 96, 32*seq - 32)`` in ``check_contiguous_sizes_strides``), which other lengths
+    break. The same rows as one gather: output position ``p`` copies pooled token ``p // stride``, or zeros past the
+    pooled tokens where ``truncate_seq`` pads (a longer cut fails in eager's residual add anyway). No upstream
+    issue found; TODO (transformers): index the pooled tokens on the export path.
+    """
+
+    def upsample(x, stride, target_len, separate_cls=True, truncate_seq=False):
+        if stride == 1:
+            return original(x, stride, target_len, separate_cls, truncate_seq)
+        if separate_cls:
+            cls, x = x[:, :1], x[:, 1:]
+            target_len = target_len - 1
+        source = torch.arange(target_len, device=x.device) // stride
+        rows = x.index_select(1, source.clamp(max=x.shape[1] - 1))
+        if separate_cls and truncate_seq:  # the padded positions are zeros
+            rows = torch.where((source < x.shape[1])[None, :, None], rows, 0)
+        return torch.cat([cls, rows], dim=1) if separate_cls else rows
+
+    return upsample

@@ -263,12 +263,41 @@ def _histc_as_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     return True
 
 
+# ── Correctness: torch.export internals ─────────────────────────────────────────────────────────────────────
+
+
+@register_patch("dynamo", "torch._prims_common.check_contiguous_sizes_strides")
+def _patch_contiguity_probe_without_singleton_guards(original):
+    """Pattern: the layout probes that must not specialize (``false_if_dde=True``: the tensor metadata recorded for
+    every traced node, fake-tensor fast paths) skip size-1 dims with ``guard_or_false(size == 1)``, which for a
+    backed symbolic size evaluates the traced value and records a guard. A derived size that is 1 at the traced
+    shape (Funnel's pooled length ``(seq - 1)//4`` at 8 tokens, a strided slice) then pins the input
+    (``Eq((seq - 1)//4, 1)``): the program rejects every length where it is not 1. Here that probe skips a dim only
+    where it is statically 1 and otherwise checks its stride, as for any dim (the answer may be a conservative
+    False; what it gates is a layout, never a value). Calls without ``false_if_dde`` go to the original.
+    Upstream: pytorch/pytorch#165032, fix proposed in pytorch/pytorch#185084 and pytorch/pytorch#185166 (not in
+    torch 2.14.1).
+    """
+    from torch.fx.experimental.symbolic_shapes import guard_or_true, is_nested_int, statically_known_true
+
+    def check_contiguous_sizes_strides(sizes, strides, false_if_dde=False):
+        if not false_if_dde:
+            return original(sizes, strides, false_if_dde=false_if_dde)
+        expected = expected_max = 1
+        for size, stride in reversed(tuple(zip(sizes, strides))):
+            if statically_known_true(size == 1):
+                continue
+            if guard_or_true(stride != expected) and guard_or_true(stride != expected_max):
+                return False
+            expected_max *= size if is_nested_int(size) else torch.sym_max(size, 1)
+            expected *= size
+        return True
+
+    return check_contiguous_sizes_strides
+
+
 # ── Speed: torch.export internals ───────────────────────────────────────────────────────────────────────────
 # Called by every retrace of the program while ExecuTorch lowers it.
-
-
-# ── Speed: torch.export internals ───────────────────────────────────────────────────────────────────────────
-# Called by every retrace of the program while lowering.
 
 
 @register_patch("executorch", "torch.export.exported_program._convert_guards_to_code", requires={"torch": ">=2.11,<2.15"})

@@ -187,3 +187,54 @@ def test_map_structure_keeps_names_and_maps_every_leaf(tree):
     before, after = get_leaf_tensors(tree), get_leaf_tensors(mapped)
     assert list(before) == list(after)
     assert all(torch.equal(before[k] + 1, after[k]) for k in before)
+
+
+def test_standalone_caches_are_registered_and_round_trip():
+    """Caches transformers keeps outside its Cache hierarchy (plain classes named ``*Cache``/``*CacheLayer`` in a
+    modeling module) are flattened by the same reflection: registered, named, and rebuilt with their state."""
+    from transformers.models.reformer.modeling_reformer import ReformerDynamicCache
+    from transformers.models.voxtral_realtime.modeling_voxtral_realtime import (
+        VoxtralRealtimeConv1dCacheLayer,
+        VoxtralRealtimeConv1dPaddingCache,
+    )
+
+    from engine.pytree import is_standalone_cache_class
+
+    register_pytree_nodes()
+    for cls in (ReformerDynamicCache, VoxtralRealtimeConv1dPaddingCache, VoxtralRealtimeConv1dCacheLayer):
+        assert cls in pytree.SUPPORTED_NODES, cls
+    assert not is_standalone_cache_class(CausalLMOutputWithPast) and not is_standalone_cache_class(torch.nn.Linear)
+
+    reformer = ReformerDynamicCache()
+    reformer.update(torch.randn(2, 3), torch.randn(2, 3, 4), layer_idx=0)
+    reformer.update(torch.randn(2, 5), torch.randn(2, 5, 4), layer_idx=1)
+    padding = VoxtralRealtimeConv1dPaddingCache()
+    padding.update(torch.randn(2, 3, 6), "conv1", type("Conv", (), {"left_pad": 2, "in_channels": 3})())
+    for cache in (reformer, padding):
+        leaves, spec = pytree.tree_flatten(cache)
+        _same(cache, pytree.tree_unflatten(leaves, spec))
+        assert pytree.treespec_loads(pytree.treespec_dumps(spec)) == spec
+    assert list(get_leaf_tensors(reformer)) == ["buckets_cache.0", "buckets_cache.1", "states_cache.0", "states_cache.1"]
+    assert list(get_leaf_tensors(padding)) == ["layers.conv1.cache"]
+    assert pytree.tree_unflatten(*pytree.tree_flatten(reformer))._seen_tokens == 3
+
+
+def test_a_standalone_cache_output_exports():
+    """Unregistered, torch.export rejects the returned cache ("Found <class ...> in output, which is not a known
+    type"); registered, the program returns its tensors under the eager names, for another batch too."""
+    from transformers.models.reformer.modeling_reformer import ReformerDynamicCache
+
+    from engine import DynamoExporter, run_exported
+
+    class ReturnsCache(torch.nn.Module):
+        def forward(self, x):
+            cache = ReformerDynamicCache()
+            cache.update((x.sum(-1) > 0).long(), x * 2, layer_idx=0)
+            return {"out": x + 1, "cache": cache}
+
+    model = ReturnsCache().eval()
+    program = DynamoExporter().export(model, {"x": torch.randn(2, 3, 4)}, {"dynamic": True})
+    other = {"x": torch.randn(3, 5, 4)}
+    got, expected = run_exported(program, other), get_leaf_tensors(model(**other))
+    assert list(got) == list(expected) == ["out", "cache.buckets_cache.0", "cache.states_cache.0"]
+    assert all(torch.equal(got[k], expected[k]) for k in expected)

@@ -228,3 +228,48 @@ def test_conv_geometry_in_buffers_exports_with_a_dynamic_length():
         (got,) = run_exported(program, x).values()
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert torch.is_tensor(conv.padding_total) and "padding_total" in conv._buffers and "stride" not in vars(conv)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    axial=st.tuples(st.integers(1, 6), st.integers(1, 6)),
+    dims=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    batch=st.integers(1, 4),
+    data=st.data(),
+)
+def test_axial_positions_as_one_gather_equal_the_per_sample_selection(axial, dims, batch, data):
+    """Reformer's eval axial position embeddings: one index of the whole grid selects each sample's rows as the
+    per-sample ``index_select`` of the cut grid does, for any position ids below the grid size."""
+    from transformers import ReformerConfig
+    from transformers.models.reformer.modeling_reformer import AxialPositionEmbeddings
+
+    from engine.patches.model import _patch_axial_positions_as_one_gather
+
+    seq = data.draw(st.integers(1, axial[0] * axial[1]))
+    ids = torch.tensor(data.draw(st.lists(st.lists(st.integers(0, axial[0] * axial[1] - 1), min_size=seq, max_size=seq),
+                                          min_size=batch, max_size=batch)))
+    config = ReformerConfig(axial_pos_shape=list(axial), axial_pos_embds_dim=list(dims), hidden_size=sum(dims),
+                            attn_layers=["local"], local_attn_chunk_length=1)
+    module = AxialPositionEmbeddings(config).eval()
+    for weight in module.weights:
+        torch.nn.init.normal_(weight)
+    patched = _patch_axial_positions_as_one_gather(AxialPositionEmbeddings.forward)
+    assert torch.equal(patched(module, ids), AxialPositionEmbeddings.forward(module, ids))
+
+
+def test_axial_positions_export_with_any_batch():
+    """Without the patch the per-sample loop pins the batch to the traced one (the exported program rejects 3)."""
+    from transformers import ReformerConfig
+    from transformers.models.reformer.modeling_reformer import AxialPositionEmbeddings
+
+    from engine.patches.registry import apply_patches
+
+    config = ReformerConfig(axial_pos_shape=[4, 4], axial_pos_embds_dim=[2, 3], hidden_size=5,
+                            attn_layers=["local"], local_attn_chunk_length=1)
+    module = AxialPositionEmbeddings(config).eval()
+    ids = torch.arange(6).expand(2, 6)
+    batch = torch.export.Dim("batch", min=1, max=8)
+    with apply_patches("dynamo"):
+        program = torch.export.export(module, (ids,), dynamic_shapes=({0: batch},), strict=False)
+    other = torch.tensor([[3, 1, 0, 4, 4, 9], [15, 2, 2, 0, 1, 1], [7, 7, 8, 12, 13, 14]])
+    assert torch.equal(program.module()(other), module(other))
