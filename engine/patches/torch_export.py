@@ -296,6 +296,23 @@ def _patch_contiguity_probe_without_singleton_guards(original):
     return check_contiguous_sizes_strides
 
 
+@register_patch("dynamo", "torch._prims_common.is_contiguous")
+def _patch_contiguity_probe_without_numel_guards(original):
+    """The same probe's first test, ``guard_or_false(numel < 2)``: a tensor of 0 or 1 elements at the traced shape
+    (a strided slice of a short input) pinned its numel (``((seq + 8)//9) >= 2``). Static-only here too; the
+    sizes and strides are then checked (pytorch/pytorch#185166)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    def is_contiguous(a, false_if_dde=False):
+        if not false_if_dde:
+            return original(a, false_if_dde=false_if_dde)
+        if statically_known_true(a.numel() < 2):
+            return True
+        return torch._prims_common.check_contiguous_sizes_strides(a.shape, a.stride(), false_if_dde=True)
+
+    return is_contiguous
+
+
 # ── Speed: torch.export internals ───────────────────────────────────────────────────────────────────────────
 # Called by every retrace of the program while ExecuTorch lowers it.
 

@@ -273,3 +273,61 @@ def test_axial_positions_export_with_any_batch():
         program = torch.export.export(module, (ids,), dynamic_shapes=({0: batch},), strict=False)
     other = torch.tensor([[3, 1, 0, 4, 4, 9], [15, 2, 2, 0, 1, 1], [7, 7, 8, 12, 13, 14]])
     assert torch.equal(program.module()(other), module(other))
+
+
+def _funnel_config(separate_cls: bool, truncate_seq: bool, blocks: int):
+    from transformers import FunnelConfig
+
+    return FunnelConfig(block_sizes=[1] * blocks, d_model=16, n_head=2, d_head=8, d_inner=32, vocab_size=50,
+                        separate_cls=separate_cls, truncate_seq=truncate_seq, num_decoder_layers=1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(separate_cls=st.booleans(), truncate_seq=st.booleans(), blocks=st.integers(1, 4), seq=st.integers(1, 40))
+def test_funnel_positions_pool_and_measure_as_the_lists(separate_cls, truncate_seq, blocks, seq):
+    """The pooled position lists described by first/last/count give the relative-position aranges the lists give,
+    block after block."""
+    from transformers.models.funnel.modeling_funnel import FunnelAttentionStructure
+
+    from engine.patches.model import ArithmeticPositions, _patch_funnel_pooled_positions, _patch_funnel_relative_positions
+
+    structure = FunnelAttentionStructure(_funnel_config(separate_cls, truncate_seq, blocks))
+    pool = _patch_funnel_pooled_positions(FunnelAttentionStructure.stride_pool_pos)
+    relative = _patch_funnel_relative_positions(FunnelAttentionStructure.relative_pos)
+    as_list, described = list(range(seq)), ArithmeticPositions(0, 1, seq)
+    for block_index in range(blocks):
+        if block_index > 0:
+            pooled_list, pooled = structure.stride_pool_pos(as_list, block_index), pool(structure, described, block_index)
+            if not pooled_list or not as_list:
+                return  # eager's gather fails on an empty list: nothing to compare
+            expected = structure.relative_pos(as_list, 2 ** (block_index - 1), pooled_list, shift=2)
+            assert torch.equal(relative(structure, described, 2 ** (block_index - 1), pooled, shift=2), expected)
+            as_list, described = pooled_list, pooled
+        assert described.size == len(as_list)
+        assert torch.equal(relative(structure, described, 2**block_index), structure.relative_pos(as_list, 2**block_index))
+
+
+def test_funnel_exports_with_any_sequence_length():
+    """Funnel (relative-shift attention, 3 pooling blocks, decoder upsampling): without the patches the program
+    accepts 8 tokens only; with them, traced at 8, it computes eager's numbers at 5, 9 and 12, and the patched
+    gathers equal the reshapes they replace in eager on every length the model accepts."""
+    from transformers import FunnelModel
+
+    from engine import DynamoExporter
+    from engine.patches.registry import apply_patches
+
+    for separate_cls, truncate_seq in ((True, True), (False, False)):
+        torch.manual_seed(0)
+        model = FunnelModel(_funnel_config(separate_cls, truncate_seq, 3)).eval()
+        for seq in range(5, 17):
+            ids = torch.randint(0, 50, (2, seq))
+            with torch.no_grad():
+                expected = model(ids).last_hidden_state
+                with apply_patches("dynamo"):
+                    assert torch.equal(model(ids).last_hidden_state, expected), seq
+    program = DynamoExporter().export(model, {"input_ids": torch.randint(0, 50, (2, 8))}, {"dynamic": True})
+    for seq in (5, 9, 12):
+        ids = torch.randint(0, 50, (3, seq))
+        with torch.no_grad():
+            assert torch.allclose(program.module()(input_ids=ids).last_hidden_state, model(ids).last_hidden_state,
+                                  atol=1e-5), seq

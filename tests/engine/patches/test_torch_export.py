@@ -168,3 +168,42 @@ def test_repeat_interleave_of_a_known_length_exports_and_runs(backend):
     module = _VideoOfEachPatch().eval()
     _assert_exports_and_runs(module, {"grid": torch.tensor([[1, 2, 2], [2, 1, 3]])},
                              {"grid": torch.tensor([[2, 2, 2], [1, 1, 3], [1, 2, 1]])}, backend, tolerance=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 40)), min_size=0, max_size=4))
+def test_contiguity_probe_answers_as_torch_on_concrete_sizes(dims):
+    """On concrete sizes the no-guard contiguity probe answers what torch's does (it differs only in not
+    recording guards on symbolic sizes)."""
+    import torch._prims_common as prims
+
+    from engine.patches.torch_export import (_patch_contiguity_probe_without_numel_guards,
+                                             _patch_contiguity_probe_without_singleton_guards)
+
+    sizes, strides = [d[0] for d in dims], [d[1] for d in dims]
+    check = _patch_contiguity_probe_without_singleton_guards(prims.check_contiguous_sizes_strides)
+    assert check(sizes, strides, false_if_dde=True) == prims.check_contiguous_sizes_strides(sizes, strides, false_if_dde=True)
+    tensor = torch.empty_strided(sizes, strides)
+    is_contiguous = _patch_contiguity_probe_without_numel_guards(prims.is_contiguous)
+    assert is_contiguous(tensor, false_if_dde=True) == prims.is_contiguous(tensor, false_if_dde=True)
+
+
+def test_a_strided_slice_exports_for_its_whole_range():
+    """``x[::9]`` is a single row for inputs of 1 to 9 rows; torch's layout probe guarded that it is not (and that
+    it has 2 or more elements) at the traced 12 rows, so a named ``Dim(min=1)`` export failed. Patched, the program
+    takes 5 rows too."""
+    from torch._dynamo.exc import UserError
+
+    from engine.patches.registry import apply_patches
+
+    class EveryNinthRow(torch.nn.Module):
+        def forward(self, x):
+            return x[::9, :].sum(-1)
+
+    rows = torch.export.Dim("rows", min=1, max=1000)
+    with pytest.raises(UserError, match="Constraints violated"):
+        torch.export.export(EveryNinthRow(), (torch.randn(12, 4),), dynamic_shapes=({0: rows},))
+    with apply_patches("dynamo"):
+        program = torch.export.export(EveryNinthRow(), (torch.randn(12, 4),), dynamic_shapes=({0: rows},))
+    short = torch.randn(5, 4)
+    assert torch.equal(program.module()(short), short[::9].sum(-1))
