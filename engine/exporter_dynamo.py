@@ -25,7 +25,7 @@ from engine.fake_mode import fake_dispatch_cache_off_while_tracing, restore_fake
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches
 from engine.packed_attention import packed_attention_as_masked_sdpa
 from engine.packed_grid import vectorized_vision_grids
-from engine.prepare import model_name, prepare_for_export
+from engine.prepare import data_independent_experts, model_name, prepare_for_export
 from engine.pytree import register_pytree_nodes
 from engine.shape_guards import warn_for_program
 from engine.shapes import (
@@ -142,6 +142,8 @@ class DynamoExporter:
                 logger.debug("%s: packed attention traced as one masked SDPA in %s", name, ", ".join(packed))
             if stack.enter_context(vectorized_vision_grids()):
                 logger.debug("%s: transformers.vision_utils' grid helpers traced without per-image loops", name)
+            if stack.enter_context(data_independent_experts(model)):
+                logger.debug("%s: eager MoE experts traced as batched_mm", name)
 
             # ── 2c: Pytree registration ─────────────────────────────────────────────────────────────────────
             # Every loaded Cache/cache-layer class, and any ModelOutput type among the inputs.

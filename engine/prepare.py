@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import sys
@@ -207,6 +208,30 @@ def ensure_exportable_attention(model: torch.nn.Module) -> None:
     message = f"{model_name(model)} uses attn_implementation={impl!r}, which cannot be exported; switching to 'sdpa'"
     warnings.warn(message, UserWarning, stacklevel=3)
     model.set_attn_implementation("sdpa")
+
+
+@contextlib.contextmanager
+def data_independent_experts(model: torch.nn.Module):
+    """While tracing, MoE experts whose implementation is ``"eager"`` run as ``"batched_mm"``; restored on exit.
+
+    Pattern: transformers' eager experts loop over the experts that received tokens (``for expert_idx in
+    expert_hit``, ``expert_hit = (...).nonzero()``), a loop whose length is data (``Eq(u0, 0)``); a model can pick
+    it as its default (OpenAI privacy filter: "sensitive to accumulation orders"). ``batched_mm`` is transformers'
+    own loop-free path for the same experts (per-token expert weights gathered, one batched matmul), so the program
+    computes the eager numbers without the loop; the sweep checks them against the eager experts at 1e-4. Models
+    whose experts are not behind ``use_experts_implementation``, or that already use another implementation, are
+    left as they are. Yields whether the implementation was switched.
+    """
+    config = getattr(model, "config", None)
+    can_set = getattr(model, "_can_set_experts_implementation", None)
+    if getattr(config, "_experts_implementation", None) != "eager" or can_set is None or not can_set():
+        yield False
+        return
+    model.set_experts_implementation("batched_mm")
+    try:
+        yield True
+    finally:
+        model.set_experts_implementation("eager")
 
 
 def prepare_for_export(model: Any, inputs: Any) -> tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]:

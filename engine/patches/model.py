@@ -542,3 +542,73 @@ def _patch_mask_interface_by_broadcasting(original):
 
 
 _patch_mask_functions_by_broadcasting.__doc__ = _patch_mask_interface_by_broadcasting.__doc__ = _MASK_PATTERN
+
+
+def dense_expert_mixture(hidden, top_k_index, top_k_weights, num_experts: int, expert):
+    """``sum_e w_e * expert(e, hidden)`` over every expert in index order, ``w_e`` each token's routing weight to
+    expert ``e`` (0 where it was not routed there, and then no contribution, even from an inf).
+
+    The experts that received no token add nothing, so this is the looped dispatch's sum in its order (each routed
+    token's contributions added expert by expert, from zeros) without its data-dependent loop; every expert runs on
+    every token, which costs ``num_experts`` times the routed work."""
+    out = torch.zeros_like(hidden)
+    for index in range(num_experts):
+        weight = (top_k_weights * (top_k_index == index)).sum(-1, keepdim=True)
+        contribution = (expert(index, hidden) * weight).to(out.dtype)
+        out = out + torch.where(weight != 0, contribution, torch.zeros((), dtype=out.dtype))
+    return out
+
+
+_EXPERT_LOOP_PATTERN = """Pattern: experts outside transformers' ``use_experts_implementation`` (so without its
+    ``batched_mm`` path) dispatch tokens with a Python loop over the experts that received some
+    (``for expert_idx in expert_hit``, ``expert_hit = (...).nonzero()``): the loop's length is data, export fails
+    (``Eq(u0, 0)``). Here every expert runs on every token and is weighted by the token's routing weight to it
+    (:func:`dense_expert_mixture`): the routed sum without the loop, checked against the looped experts at 1e-4.
+    No upstream issue found; TODO (transformers): put these experts behind ``use_experts_implementation``."""
+
+
+@register_patch("dynamo", "transformers.models.dbrx.modeling_dbrx.DbrxExperts.forward")
+def _patch_dbrx_experts_without_the_hit_loop(original):
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        batch = hidden_states.shape[0]
+        flat = hidden_states.reshape(-1, self.hidden_size)
+        shape = (-1, self.ffn_hidden_size, self.hidden_size)
+        w1, v1, w2 = (weight.view(shape) for weight in (self.mlp.w1, self.mlp.v1, self.mlp.w2))
+        out = dense_expert_mixture(flat, top_k_index, top_k_weights, self.num_experts,
+                                   lambda e, x: self.mlp(x, w1[e], v1[e], w2[e]))
+        return out.view(batch, -1, self.hidden_size)
+
+    return forward
+
+
+@register_patch("dynamo", "transformers.models.longcat_flash.modeling_longcat_flash.LongcatFlashExperts.forward")
+def _patch_longcat_experts_without_the_hit_loop(original):
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        if top_k_index.numel() == 0:
+            return original(self, hidden_states, top_k_index, top_k_weights)
+
+        def expert(index, x):
+            if index >= self.num_routed_experts or self.gate_up_proj is None:  # a zero-compute (identity) expert
+                return self.identity_expert(x)
+            gate, up = F.linear(x, self.gate_up_proj[index]).chunk(2, dim=-1)
+            return F.linear(self.act_fn(gate) * up, self.down_proj[index])
+
+        return dense_expert_mixture(hidden_states, top_k_index, top_k_weights, self.total_experts, expert)
+
+    return forward
+
+
+@register_patch("dynamo", "transformers.models.step3p7.modeling_step3p7.Step3p7Experts.forward")
+def _patch_step3p7_experts_without_the_hit_loop(original):
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        def expert(index, x):
+            return F.linear(self._apply_gate(F.linear(x, self.gate_up_proj[index])), self.down_proj[index])
+
+        return dense_expert_mixture(hidden_states, top_k_index, top_k_weights, self.num_experts, expert)
+
+    return forward
+
+
+for _factory in (_patch_dbrx_experts_without_the_hit_loop, _patch_longcat_experts_without_the_hit_loop,
+                 _patch_step3p7_experts_without_the_hit_loop):
+    _factory.__doc__ = _EXPERT_LOOP_PATTERN
