@@ -612,3 +612,27 @@ def _patch_step3p7_experts_without_the_hit_loop(original):
 for _factory in (_patch_dbrx_experts_without_the_hit_loop, _patch_longcat_experts_without_the_hit_loop,
                  _patch_step3p7_experts_without_the_hit_loop):
     _factory.__doc__ = _EXPERT_LOOP_PATTERN
+
+
+@register_patch("dynamo", "transformers.models.cpmant.modeling_cpmant.CpmAntModel._prepare_attention_mask")
+def _patch_descending_positions_as_arange(original):
+    """Pattern: ``CpmAntModel._prepare_attention_mask`` builds the left-padding mask from
+    ``torch.tensor(list(range(seqlen - prompt_length))[::-1])``: a Python list sized by the sequence length, which
+    pins it to the traced one (``Eq(seq, 8)``). The same descending positions are ``torch.arange(n - 1, -1, -1)``,
+    which keeps the length symbolic; the rest of the mask is the original's. No upstream issue found; TODO
+    (transformers): ``torch.arange`` there.
+    """
+
+    def _prepare_attention_mask(self, input_ids, span, context, length):
+        batch, seqlen, device = input_ids.size(0), input_ids.size(1), input_ids.device
+        directional_mask_2d = torch.arange(seqlen, device=device) <= torch.arange(seqlen, device=device).view(-1, 1)
+        attention_mask = context[:, None, :] | (
+            context[:, :, None].logical_not() & directional_mask_2d.view(1, seqlen, seqlen)
+        )
+        attention_mask = attention_mask & (span[:, None, :] == span[:, :, None])
+        descending = torch.arange(seqlen - self.prompt_length - 1, -1, -1, device=device)
+        mask_1d = descending[None, :].repeat(batch, 1) < length[:, None]
+        mask_1d = torch.cat((torch.ones(batch, self.prompt_length, device=device).bool(), mask_1d), dim=1)
+        return mask_1d.view(batch, seqlen, 1) & mask_1d.view(batch, 1, seqlen) & attention_mask
+
+    return _prepare_attention_mask

@@ -450,3 +450,26 @@ def test_eager_experts_trace_as_batched_mm():
     with torch.no_grad():
         torch.testing.assert_close(program.module()(input_ids=ids).last_hidden_state, model(ids).last_hidden_state,
                                    rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(1, 3), prompt=st.integers(0, 4), extra=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_cpmant_mask_with_arange_equals_the_list_one(batch, prompt, extra, seed):
+    """CpmAnt's attention mask with the descending positions from ``torch.arange`` equals the one built from a
+    reversed Python list, for any padding lengths, spans and contexts."""
+    from types import SimpleNamespace
+
+    from transformers.models.cpmant.modeling_cpmant import CpmAntModel
+
+    from engine.patches.model import _patch_descending_positions_as_arange
+
+    g = torch.Generator().manual_seed(seed)
+    seqlen = prompt + extra
+    owner = SimpleNamespace(prompt_length=prompt)
+    input_ids = torch.zeros(batch, seqlen, dtype=torch.long)
+    span = torch.randint(0, 2, (batch, seqlen), generator=g)
+    context = torch.randint(0, 2, (batch, seqlen), generator=g).bool()
+    length = torch.randint(0, extra + 1, (batch,), generator=g)
+    patched = _patch_descending_positions_as_arange(CpmAntModel._prepare_attention_mask)
+    expected = CpmAntModel._prepare_attention_mask(owner, input_ids, span, context, length)
+    assert torch.equal(patched(owner, input_ids, span, context, length), expected)
