@@ -313,6 +313,28 @@ def _patch_contiguity_probe_without_numel_guards(original):
     return is_contiguous
 
 
+@register_patch("dynamo", "torch.nn.functional._verify_batch_size")
+def _patch_norm_size_check_as_runtime_assert(original):
+    """Pattern: ``F.group_norm`` (and ``F.batch_norm`` in training) refuse an input with one value per channel
+    group with a Python ``if size_prods == 1: raise``. On sizes read from data (an image whose height and width come
+    from a grid tensor: Apertus-1.5's vision tokenizer) that comparison is a data-dependent guard
+    (``Eq(u4*u5, 1)``) and the export stops. The same check as ``torch._check``: decided now where the sizes allow,
+    else a runtime assert the program keeps (it raises where eager raises). No upstream issue found; TODO (torch):
+    ``torch._check`` in ``_verify_batch_size``.
+    """
+
+    def _verify_batch_size(size):
+        size_prods = size[0]
+        for extent in list(size)[2:]:
+            size_prods = size_prods * extent
+        if not isinstance(size_prods, torch.SymInt):
+            return original(size)
+        torch._check(size_prods != 1, lambda: f"Expected more than 1 value per channel when training, got input size {size}")
+        return None
+
+    return _verify_batch_size
+
+
 # ── Speed: torch.export internals ───────────────────────────────────────────────────────────────────────────
 # Called by every retrace of the program while ExecuTorch lowers it.
 

@@ -207,3 +207,31 @@ def test_a_strided_slice_exports_for_its_whole_range():
         program = torch.export.export(EveryNinthRow(), (torch.randn(12, 4),), dynamic_shapes=({0: rows},))
     short = torch.randn(5, 4)
     assert torch.equal(program.module()(short), short[::9].sum(-1))
+
+
+def test_group_norm_of_a_data_sized_input_exports():
+    """``F.group_norm`` checks that a channel group holds more than one value with a Python ``if``; on a width read
+    from data that is a data-dependent guard. Patched, it is a runtime assert: the program runs, and raises where
+    eager raises."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    from engine.patches.registry import apply_patches
+
+    class DataWide(torch.nn.Module):
+        def forward(self, x, width):
+            width = width.item()
+            torch._check(width >= 1)
+            torch._check(width <= x.shape[2])
+            return torch.nn.functional.group_norm(x[:, :, :width], 2)
+
+    inputs = (torch.randn(1, 2, 9), torch.tensor(5))
+    with pytest.raises(GuardOnDataDependentSymNode):
+        torch.export.export(DataWide(), inputs)
+    with apply_patches("dynamo"):
+        program = torch.export.export(DataWide(), inputs)
+    x = torch.randn(1, 2, 9)
+    torch.testing.assert_close(program.module()(x, torch.tensor(7)), DataWide()(x, torch.tensor(7)))
+    with pytest.raises(ValueError):
+        DataWide()(x, torch.tensor(1))  # one value per channel group
+    with pytest.raises(RuntimeError):
+        program.module()(x, torch.tensor(1))
