@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 
 import torch
 
@@ -260,6 +261,60 @@ def _histc_as_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     hits = call(aten.bitwise_and.Tensor, in_bin, call(aten.unsqueeze.default, inside, -1))
     # the node becomes the count in place (it keeps its name, which output specs may refer to)
     node.target, node.args, node.kwargs = aten.sum.dim_IntList, (hits, [0]), {"dtype": node.meta["val"].dtype}
+    return True
+
+
+@register_fx_node_fix("onnx")
+@register_fx_node_fix("executorch")
+def _fix_running_extremum_as_masked_reduction(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make ``torch.cummax`` / ``torch.cummin`` along a dim of ``n`` a reduction over a lower-triangular mask.
+
+    Pattern: the previous/next delimiter of each token as a running max/min of positions (GroundingDino and
+    MM-GroundingDino's phrase masks: ``torch.cummax(prev_special, dim=1)``, ``torch.cummin`` of the flipped next
+    ones). torchlib has no translation for ``aten.cummax`` ("No ONNX function found"), and neither op is Core ATen,
+    so ExecuTorch's edge verifier refuses them. With the dim moved last, value ``i`` is the extremum of the entries
+    ``j <= i`` (others filled with the extremum's identity), and its index the last such ``j`` holding that value:
+    torch's indices, ties included. Same numbers at ``n`` times the memory of the input. NaN entries are not
+    ordered as torch orders them (TODO if a model needs it). TODO: upstream issue not found.
+    """
+    aten = torch.ops.aten
+    if node.op != "call_function" or node.target not in (aten.cummax.default, aten.cummin.default):
+        return False
+    if any(user.op != "call_function" or user.target is not operator.getitem for user in node.users):
+        return False  # the pair itself is used: left as it is
+    source, dim = node.args[0], node.args[1]
+    value = source.meta["val"]
+    rank, largest = value.dim(), node.target is aten.cummax.default
+    if rank == 0:
+        return False
+    dim %= rank
+    order = [d for d in range(rank) if d != dim] + [dim]
+    back = sorted(range(rank), key=order.__getitem__)
+    if value.is_floating_point():
+        identity = -math.inf if largest else math.inf
+    elif value.dtype == torch.bool:
+        identity = not largest
+    else:
+        identity = torch.iinfo(value.dtype).min if largest else torch.iinfo(value.dtype).max
+
+    def call(target, *args, **kwargs):
+        return _call(gm, node, target, *args, **kwargs)
+
+    length = call(aten.sym_size.int, source, dim)
+    positions = call(aten.arange.default, length, dtype=torch.int64, device=value.device)
+    earlier = call(aten.le.Tensor, call(aten.unsqueeze.default, positions, 0), call(aten.unsqueeze.default, positions, 1))
+    rows = call(aten.unsqueeze.default, call(aten.permute.default, source, order), -2)  # (..., 1, n): entry j
+    fill = call(aten.full.default, [], identity, dtype=value.dtype, device=value.device)
+    extremum = call(aten.amax.default if largest else aten.amin.default,
+                    call(aten.where.self, earlier, rows, fill), [-1])  # (..., n): value i
+    holds = call(aten.logical_and.default, earlier, call(aten.eq.Tensor, rows, call(aten.unsqueeze.default, extremum, -1)))
+    none = call(aten.full.default, [], -1, dtype=torch.int64, device=value.device)
+    index = call(aten.amax.default, call(aten.where.self, holds, positions, none), [-1])
+    outputs = (extremum, index)
+    # each ``getitem`` of the pair becomes its output in place: it keeps its name, which output specs may refer to
+    for user in list(node.users):
+        user.target, user.args, user.kwargs = aten.permute.default, (outputs[user.args[1]], back), {}
+    gm.graph.erase_node(node)
     return True
 
 

@@ -235,3 +235,35 @@ def test_group_norm_of_a_data_sized_input_exports():
         DataWide()(x, torch.tensor(1))  # one value per channel group
     with pytest.raises(RuntimeError):
         program.module()(x, torch.tensor(1))
+
+
+class _RunningExtrema(torch.nn.Module):
+    """GroundingDino's delimiter positions: a running max along dim 1, a running min along dim 0."""
+
+    def forward(self, x, y):
+        ahead, behind = torch.cummax(x, dim=1), torch.cummin(y, dim=0)
+        return {"max": ahead.values, "argmax": ahead.indices, "min": behind[0], "argmin": behind[1]}
+
+
+@given(data=st.data(), rows=st.integers(1, 4), length=st.integers(1, 9), floats=st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_masked_reduction_equals_cummax_and_cummin(data, rows, length, floats):
+    """Values and indices, ties included (small integer ranges tie often), equal torch's."""
+    draw = st.floats(-3, 3, width=32) if floats else st.integers(-2, 2)
+    x = torch.tensor(data.draw(st.lists(st.lists(draw, min_size=length, max_size=length), min_size=rows, max_size=rows)))
+    y = x.t().contiguous()
+    module = _RunningExtrema().eval()
+    program = torch.export.export(module, (x, y), strict=False)
+    assert apply_fx_node_fixes("executorch", program.graph_module) == 2
+    assert not any(n.target in (torch.ops.aten.cummax.default, torch.ops.aten.cummin.default)
+                   for n in program.graph_module.graph.nodes)
+    got, expected = program.module()(x, y), module(x, y)
+    assert all(torch.equal(got[k], expected[k]) for k in expected)
+
+
+@pytest.mark.parametrize("backend", ["onnx", "executorch"])
+def test_running_extrema_export_and_run(backend):
+    x, y = torch.tensor([[1, 3, 3, 2, 5, 5, 1], [0, 0, -1, 2, 2, 1, 4]]), torch.randn(6, 3)
+    y[2] = y[1]
+    _assert_exports_and_runs(_RunningExtrema().eval(), {"x": x, "y": y},
+                             {"x": torch.randint(-3, 4, (3, 7)), "y": torch.randn(6, 2)}, backend, tolerance=0)
