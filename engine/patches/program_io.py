@@ -87,6 +87,34 @@ def _fix_drop_set_grad_region_without_outputs(gm: torch.fx.GraphModule, node: to
     return True
 
 
+# ── Correctness: load ───────────────────────────────────────────────────────────────────────────────────────
+
+
+@register_patch("pt2", "torch.fx.experimental.symbolic_shapes._free_unbacked_symbols_with_path", requires=_TORCH)
+def _patch_constant_unbacked_symbols_need_no_binding(original):
+    """Pattern: a data-dependent size that the program checks equal to a constant (``torch._check(n == 1)``; the
+    sequence-classification heads' "one EOS count per row": ``unique_consecutive(...).numel() == 1``). Its range
+    is saved as ``[1, 1]``, so on load the shape env replaces the symbol by 1; the deserializer then finds no node
+    that binds it (every size simplifies to the constant) and refuses the program: "expected no unbacked symbols,
+    got 1: {u0}". A symbol whose value is fixed needs no binding: after each binding pass, pending symbols the shape
+    env has pinned to one value are dropped (the program's runtime asserts still check the size). Minimal
+    reproduction in ``tests/engine/test_program_io.py``. TODO: upstream issue not found.
+    """
+
+    def free_unbacked_symbols_with_path(*args, **kwargs):
+        found = original(*args, **kwargs)
+        shape_env, pending = kwargs.get("shape_env"), kwargs.get("pending")
+        if shape_env is not None and pending:
+            for symbol in list(pending):
+                bounds = shape_env.var_to_range.get(symbol)
+                pinned = shape_env.replacements.get(symbol)
+                if (bounds is not None and bounds.is_singleton()) or (pinned is not None and pinned.is_number):
+                    pending.discard(symbol)
+        return found
+
+    return free_unbacked_symbols_with_path
+
+
 # ── Speed: save ─────────────────────────────────────────────────────────────────────────────────────────────
 
 

@@ -390,6 +390,29 @@ def _patch_norm_size_check_as_runtime_assert(original):
     return _verify_batch_size
 
 
+@register_patch("dynamo", "torch.unique_consecutive")
+def _patch_unique_consecutive_as_run_starts(original):
+    """Pattern: a check that every row holds the same count (the sequence-classification heads of BART, mBART,
+    PLBart, MVP, BigBird-Pegasus, T5, mT5, UMT5: ``torch.unique_consecutive(eos_mask.sum(1)).numel() == 1``).
+    ``aten.unique_consecutive`` is not Core ATen (ExecuTorch's verifier refuses it), and the size it returns is
+    bound in a way ``torch.export.load`` cannot rebind ("expected no unbacked symbols, got 1: {u0}"). The values
+    alone (no inverse, no counts, flattened) are the entries that start a run: ``flat[run_start]``, the first
+    entry and each one unequal to the one before, a boolean selection every backend has, in the same order;
+    NaNs, unequal to themselves, each start a run as in torch. Other calls go to the original. No upstream issue
+    found; TODO: upstream issue for the serde rebinding.
+    """
+
+    def unique_consecutive(input, return_inverse=False, return_counts=False, dim=None):
+        if return_inverse or return_counts or dim is not None:
+            return original(input, return_inverse=return_inverse, return_counts=return_counts, dim=dim)
+        flat = input.flatten()
+        # each entry against the one before (rolled, not sliced: slices of n - 1 would broadcast-guard n - 1 == 1)
+        run_start = (flat != flat.roll(1)) | (torch.arange(flat.shape[0], device=flat.device) == 0)
+        return flat[run_start]
+
+    return unique_consecutive
+
+
 # ── Speed: torch.export internals ───────────────────────────────────────────────────────────────────────────
 # Called by every retrace of the program while ExecuTorch lowers it.
 

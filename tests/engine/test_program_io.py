@@ -62,3 +62,21 @@ def test_each_distinct_size_expression_is_parsed_once(exported, tmp_path, monkey
     torch_parses, parsed[:] = len(parsed), []
     load_program(path)
     assert parsed and len(parsed) == len(set(parsed)) < torch_parses
+
+
+def test_a_data_dependent_size_checked_equal_to_a_constant_loads(tmp_path):
+    """``torch._check(n == 1)`` on a boolean selection's size pins its range to [1, 1]; torch.export.load then finds
+    the symbol bound nowhere and refuses the program ("expected no unbacked symbols"). load_program takes it, and
+    the loaded program still checks the size."""
+
+    class OnePositive(torch.nn.Module):
+        def forward(self, x):
+            torch._check(x[x > 0].numel() == 1)
+            return x * 2
+
+    program = torch.export.export(OnePositive(), (torch.tensor([1.0, -1.0, -2.0]),))
+    loaded = load_program(save_program(program, tmp_path / "one_positive.pt2"))
+    x = torch.tensor([-3.0, 4.0, -1.0])
+    assert torch.equal(loaded.module()(x), x * 2)
+    with pytest.raises(RuntimeError, match="Eq"):
+        loaded.module()(torch.tensor([1.0, 2.0, -1.0]))

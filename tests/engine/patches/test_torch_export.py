@@ -267,3 +267,31 @@ def test_running_extrema_export_and_run(backend):
     y[2] = y[1]
     _assert_exports_and_runs(_RunningExtrema().eval(), {"x": x, "y": y},
                              {"x": torch.randint(-3, 4, (3, 7)), "y": torch.randn(6, 2)}, backend, tolerance=0)
+
+
+@given(values=st.lists(st.one_of(st.integers(-2, 2).map(float), st.just(float("nan"))), max_size=12),
+       shape=st.sampled_from([(-1,), (1, -1)]))
+@settings(max_examples=60, deadline=None)
+def test_run_starts_equal_unique_consecutive(values, shape):
+    from engine.patches.torch_export import _patch_unique_consecutive_as_run_starts
+
+    x = torch.tensor(values, dtype=torch.float32).reshape(shape)
+    got = _patch_unique_consecutive_as_run_starts(torch.unique_consecutive)(x)
+    torch.testing.assert_close(got, torch.unique_consecutive(x), equal_nan=True, rtol=0, atol=0)
+
+
+class _SameCountPerRow(torch.nn.Module):
+    """The sequence-classification heads' check: every row holds the same number of EOS tokens."""
+
+    def forward(self, ids):
+        eos = ids == 2
+        torch._check(torch.unique_consecutive(eos.sum(1)).numel() == 1)
+        return ids * 3
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "executorch"])
+def test_a_same_count_check_exports_and_runs(backend):
+    """``aten.unique_consecutive`` is not Core ATen (ExecuTorch refuses it) and its size did not survive the
+    ``.pt2`` round trip; as run starts it does both."""
+    _assert_exports_and_runs(_SameCountPerRow().eval(), {"ids": torch.tensor([[1, 2, 5], [2, 0, 1]])},
+                             {"ids": torch.tensor([[2, 2, 5, 1], [2, 0, 2, 1], [1, 2, 2, 7]])}, backend, tolerance=0)
