@@ -72,7 +72,10 @@ def _compare_one(name: str, ref: torch.Tensor, got: torch.Tensor, atol: float, r
     if not torch.equal(nan_r, nan_g):
         return LeafDiff(name, float("nan"), float("nan"), False, "NaN positions differ")
     r, g = r.masked_fill(nan_r, 0), g.masked_fill(nan_g, 0)
-    diff = (r - g).abs()
-    ok = bool((diff <= atol + rtol * r.abs()).all())
+    # equal values are exact matches, equal infinities included (inf - inf would be NaN, and fail any tolerance);
+    # where eager is infinite only that infinity matches (rtol * inf would take any value)
+    diff = (r - g).abs().masked_fill(r == g, 0)
+    infinite = torch.isinf(r)
+    ok = bool((diff <= atol + rtol * r.abs()).all()) and torch.equal(r[infinite], g[infinite])
     rel = diff / r.abs().clamp_min(1e-12)
     return LeafDiff(name, float(diff.max()), float(rel.max()), ok)
