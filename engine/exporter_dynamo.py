@@ -132,7 +132,7 @@ class DynamoExporter:
             # kwargs become an explicit signature; output flags are bound as constants.
             stack.enter_context(flat_forward(model, list(inputs), flags))
 
-            # ── 2b: Patches of the exporter's backends (model patches first); packed attention and grids ──
+            # ── 2b: Patches of the exporter's backends (model patches first); packed attention, grids, experts ──
             for backend in self.patch_backends:
                 applied = stack.enter_context(apply_patches(backend))
                 if applied:
@@ -146,7 +146,7 @@ class DynamoExporter:
                 logger.debug("%s: eager MoE experts traced as batched_mm", name)
 
             # ── 2c: Pytree registration ─────────────────────────────────────────────────────────────────────
-            # Every loaded Cache/cache-layer class, and any ModelOutput type among the inputs.
+            # Every loaded Cache/cache-layer class and standalone cache, and any ModelOutput type among the inputs.
             register_pytree_nodes(inputs)
 
             # ── 2e: Model state clean-up, around torch.export ───────────────────────────────────────────────
