@@ -352,10 +352,9 @@ def _patch_axial_positions_as_one_gather(original):
             return original(self, position_ids)
         if math.prod(self.axial_pos_shape) < position_ids.shape[1]:
             return original(self, position_ids)  # its error names the limit
-        grid = torch.cat(
-            [weight.expand(self.axial_pos_shape + weight.shape[-1:]).reshape(-1, weight.shape[-1]) for weight in self.weights],
-            dim=-1,
-        )
+        columns = [weight.expand(self.axial_pos_shape + weight.shape[-1:]).reshape(-1, weight.shape[-1])
+                   for weight in self.weights]
+        grid = torch.cat(columns, dim=-1)
         return grid[position_ids]
 
     return forward
@@ -401,8 +400,8 @@ _FUNNEL_PATTERN = """Pattern: ``FunnelAttentionStructure.get_position_embeds`` (
     position ``arange`` (``relative_pos``): ``range`` of the symbolic length pins it to the traced one (``Eq(seq, 8)``;
     transformers chose Python ints on purpose, its comment says, to keep those sizes static). While
     ``get_position_embeds`` runs on a symbolic length, ``list(range(seq_len))`` is an :class:`ArithmeticPositions`,
-    which the two methods pool and measure as they do the list (the same ints; lists go to the originals). No upstream issue found; TODO
-    (transformers): position ids from ``torch.arange`` on the symbolic length."""
+    which the two methods pool and measure as they do the list (the same ints; lists go to the originals). No
+    upstream issue found; TODO (transformers): position ids from ``torch.arange`` on the symbolic length."""
 
 
 @register_patch("dynamo", f"{_FUNNEL}.FunnelAttentionStructure.get_position_embeds")
@@ -411,8 +410,13 @@ def _patch_funnel_positions_of_symbolic_length(original):
         if not isinstance(seq_len, torch.SymInt):
             return original(self, seq_len, dtype, device)
         module = inspect.getmodule(original)
-        symbolic = {"range": lambda *a: ArithmeticPositions(0, 1, seq_len) if len(a) == 1 and a[0] is seq_len else builtins.range(*a),
-                    "list": lambda value: value if isinstance(value, ArithmeticPositions) else builtins.list(value)}
+        def range_(*args):
+            return ArithmeticPositions(0, 1, seq_len) if len(args) == 1 and args[0] is seq_len else builtins.range(*args)
+
+        def list_(value=(), /):
+            return value if isinstance(value, ArithmeticPositions) else builtins.list(value)
+
+        symbolic = {"range": range_, "list": list_}
         saved = {name: module.__dict__[name] for name in symbolic if name in module.__dict__}
         vars(module).update(symbolic)  # only while this call runs: the module's other code sees the builtins
         try:

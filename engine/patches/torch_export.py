@@ -302,12 +302,14 @@ def _fix_running_extremum_as_masked_reduction(gm: torch.fx.GraphModule, node: to
 
     length = call(aten.sym_size.int, source, dim)
     positions = call(aten.arange.default, length, dtype=torch.int64, device=value.device)
-    earlier = call(aten.le.Tensor, call(aten.unsqueeze.default, positions, 0), call(aten.unsqueeze.default, positions, 1))
+    earlier = call(aten.le.Tensor, call(aten.unsqueeze.default, positions, 0),
+                   call(aten.unsqueeze.default, positions, 1))  # (i, j): j <= i
     rows = call(aten.unsqueeze.default, call(aten.permute.default, source, order), -2)  # (..., 1, n): entry j
     fill = call(aten.full.default, [], identity, dtype=value.dtype, device=value.device)
     extremum = call(aten.amax.default if largest else aten.amin.default,
                     call(aten.where.self, earlier, rows, fill), [-1])  # (..., n): value i
-    holds = call(aten.logical_and.default, earlier, call(aten.eq.Tensor, rows, call(aten.unsqueeze.default, extremum, -1)))
+    holds = call(aten.logical_and.default, earlier,
+                 call(aten.eq.Tensor, rows, call(aten.unsqueeze.default, extremum, -1)))
     none = call(aten.full.default, [], -1, dtype=torch.int64, device=value.device)
     index = call(aten.amax.default, call(aten.where.self, holds, positions, none), [-1])
     outputs = (extremum, index)
@@ -384,7 +386,8 @@ def _patch_norm_size_check_as_runtime_assert(original):
             size_prods = size_prods * extent
         if not isinstance(size_prods, torch.SymInt):
             return original(size)
-        torch._check(size_prods != 1, lambda: f"Expected more than 1 value per channel when training, got input size {size}")
+        torch._check(size_prods != 1,
+                     lambda: f"Expected more than 1 value per channel when training, got input size {size}")
         return None
 
     return _verify_batch_size
