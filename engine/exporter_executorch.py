@@ -31,7 +31,7 @@ from engine.exporter_dynamo import DynamoExporter
 from engine.dim_bounds import DimLimits, bound_dynamic_dims
 from engine.executorch_lowering import lower
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches
-from engine.prepare import model_name, split_inputs
+from engine.prepare import has_settable_experts, model_name, split_inputs
 from engine.pte_metadata import drop_none_outputs, program_metadata, tensor_output_names, warn_specialised_by_lowering
 from engine.shape_guards import program_guards
 
@@ -62,8 +62,7 @@ def backend_prepare(name: str):
 
 def _use_batched_experts(model: torch.nn.Module) -> None:
     """MoE experts default to ``grouped_mm``, which has no ExecuTorch kernel: use ``batched_mm``."""
-    can_set = getattr(model, "_can_set_experts_implementation", None)
-    if can_set is not None and can_set():
+    if has_settable_experts(model):
         model.set_experts_implementation("batched_mm")
 
 

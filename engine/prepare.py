@@ -210,6 +210,13 @@ def ensure_exportable_attention(model: torch.nn.Module) -> None:
     model.set_attn_implementation("sdpa")
 
 
+def has_settable_experts(model: torch.nn.Module) -> bool:
+    """Whether the model's MoE experts sit behind transformers' ``use_experts_implementation`` (so
+    ``set_experts_implementation`` can pick ``eager``, ``batched_mm`` or ``grouped_mm``)."""
+    can_set = getattr(model, "_can_set_experts_implementation", None)
+    return can_set is not None and bool(can_set())
+
+
 @contextlib.contextmanager
 def data_independent_experts(model: torch.nn.Module):
     """While tracing, MoE experts whose implementation is ``"eager"`` run as ``"batched_mm"``; restored on exit.
@@ -222,9 +229,7 @@ def data_independent_experts(model: torch.nn.Module):
     whose experts are not behind ``use_experts_implementation``, or that already use another implementation, are
     left as they are. Yields whether the implementation was switched.
     """
-    config = getattr(model, "config", None)
-    can_set = getattr(model, "_can_set_experts_implementation", None)
-    if getattr(config, "_experts_implementation", None) != "eager" or can_set is None or not can_set():
+    if getattr(getattr(model, "config", None), "_experts_implementation", None) != "eager" or not has_settable_experts(model):
         yield False
         return
     model.set_experts_implementation("batched_mm")

@@ -11,7 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from engine.patches.registry import register_patch
+from engine.patches.registry import register_patch, swap_attributes
 from engine.stacked_rows import StackedRows
 
 
@@ -409,24 +409,16 @@ def _patch_funnel_positions_of_symbolic_length(original):
     def get_position_embeds(self, seq_len, dtype, device):
         if not isinstance(seq_len, torch.SymInt):
             return original(self, seq_len, dtype, device)
-        module = inspect.getmodule(original)
         def range_(*args):
             return ArithmeticPositions(0, 1, seq_len) if len(args) == 1 and args[0] is seq_len else builtins.range(*args)
 
         def list_(value=(), /):
             return value if isinstance(value, ArithmeticPositions) else builtins.list(value)
 
-        symbolic = {"range": range_, "list": list_}
-        saved = {name: module.__dict__[name] for name in symbolic if name in module.__dict__}
-        vars(module).update(symbolic)  # only while this call runs: the module's other code sees the builtins
-        try:
+        module = inspect.getmodule(original)
+        # only while this call runs: the module's other code sees the builtins (the swap deletes what it added)
+        with swap_attributes([(module, "range", range_), (module, "list", list_)]):
             return original(self, seq_len, dtype, device)
-        finally:
-            for name in symbolic:
-                if name in saved:
-                    setattr(module, name, saved[name])
-                else:
-                    delattr(module, name)
 
     return get_position_embeds
 
