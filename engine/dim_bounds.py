@@ -9,6 +9,7 @@ the largest tensor the program plans fits :data:`PLANNED_TENSOR_BUDGET`.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -55,6 +56,12 @@ PLANNED_TENSOR_BUDGET = 64 * 2**20
 
 
 BUDGET_FLOOR_FACTOR = 2
+
+
+def _unbounded(upper: Any) -> bool:
+    """``int_oo``, or the ``sys.maxsize - 1`` torch gives some data-dependent sizes (a count read by ``.item()``
+    and checked ``>= 0``) for want of a bound: either way no bound to plan memory at."""
+    return isinstance(upper, IntInfinity) or (getattr(upper, "is_Integer", False) and int(upper) >= sys.maxsize - 1)
 
 
 class UnboundedDimWarning(UserWarning):
@@ -175,6 +182,27 @@ def _fit_to_budget(sizes: list[Any], caps: dict[Any, int], floors: dict[Any, int
         caps[sym] = max(floors[sym], 1 << ((caps[sym] - 1).bit_length() - 1))  # the power of two below
 
 
+def _raise_divisor_floors(sizes, table: dict) -> dict:
+    """Lower bounds raised so that no size divides by a quotient that can be 0: for each ``a // (s // k)`` in
+    ``sizes`` (``s`` a size symbol whose range starts below ``k``), ``s >= k``. An input with ``s < k`` would divide
+    by zero where the program computes that size (Qwen2.5-VL's ``reshape(seq // 4, 4, -1)`` of ``seq`` packed
+    patches infers ``-1`` as ``d * seq // (seq // 4 * 4)``), so no input the program can run is excluded; and with
+    the quotient's range starting at 0, interval arithmetic has no finite upper bound for the size. Returns the
+    raised ``{symbol: new lower bound}``."""
+    from torch.utils._sympy.functions import FloorDiv
+
+    raised: dict = {}
+    for expr in sizes:
+        for div in expr.atoms(FloorDiv):
+            inner = div.args[1]
+            if isinstance(inner, FloorDiv) and inner.args[0].is_Symbol and inner.args[1].is_Integer:
+                sym, k = inner.args[0], int(inner.args[1])
+                vr = table.get(sym)
+                if vr is not None and not isinstance(vr.lower, NegativeIntInfinity) and int(vr.lower) < k <= vr.upper:
+                    raised[sym] = max(raised.get(sym, k), k)
+    return raised
+
+
 def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits) -> None:
     """Give every dynamic dim of ``program`` a finite upper bound that ExecuTorch can plan memory for.
 
@@ -200,11 +228,14 @@ def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits)
 
     def unbounded(sym, chosen) -> int:  # a symbol no input dim is: at the largest cap, as the fallback below
         vr = ranges.get(sym, env_ranges.get(sym))
-        if vr is not None and not isinstance(vr.upper, IntInfinity):
+        if vr is not None and not _unbounded(vr.upper):
             return int(vr.upper)
         return max((c for s, c in chosen.items() if s not in derived or c < caps[s][0]), default=MIN_LENGTH_CAP)
 
     largest, planned = 0, _planned_sizes(program)
+    for table in (ranges, env_ranges):
+        for sym, lower in _raise_divisor_floors(planned, table).items():
+            table[sym] = ValueRanges(lower, table[sym].upper)
     if caps:
         chosen, largest = _fit_to_budget(planned, {s: c for s, (c, _, _) in caps.items()},
                                          {s: f for s, f in floors.items() if f < caps[s][0]}, unbounded)
@@ -220,7 +251,7 @@ def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits)
     internal = set()
     for table in (ranges, env_ranges):
         for sym, vr in list(table.items()):
-            if isinstance(vr.upper, IntInfinity) or sym in caps:
+            if _unbounded(vr.upper) or sym in caps:
                 cap = caps[sym][0] if sym in caps else fallback
                 lower = vr.lower if not isinstance(vr.lower, NegativeIntInfinity) else 0
                 table[sym] = ValueRanges(lower, max(cap, int(lower)))
@@ -249,7 +280,7 @@ def refuse_unrunnable_plan(program: torch.export.ExportedProgram, planned: Mappi
 
     def upper(sym) -> int:
         vr = ranges.get(sym, env_ranges.get(sym))
-        return int(vr.upper) if vr is not None and not isinstance(vr.upper, IntInfinity) else MIN_LENGTH_CAP
+        return int(vr.upper) if vr is not None and not _unbounded(vr.upper) else MIN_LENGTH_CAP
 
     # a size with a data-dependent symbol (``u0``: a nonzero count) has no bound to read: not judged here
     sizes = [e for e in planned if not free_unbacked_symbols(e)]
@@ -294,7 +325,7 @@ def _input_dim_caps(program: torch.export.ExportedProgram, limits: DimLimits, up
             finite = getattr(bound, "is_Integer", False)
             narrowed = role == "length" and limits.max_seq_len is not None and finite
             traced = int(size.node.hint) if size.node.hint is not None else 2
-            if isinstance(bound, IntInfinity) or narrowed:
+            if _unbounded(bound) or narrowed:
                 cap, why = limits.cap(role, traced)
                 if narrowed:
                     if cap >= int(bound):

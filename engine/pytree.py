@@ -32,7 +32,7 @@ import torch.utils._pytree as pytree
 from transformers import cache_utils
 from transformers.utils import ModelOutput
 
-from engine.stacked_rows import StackedRows
+from engine.stacked_rows import RaggedRows, StackedRows
 
 # Base classes whose concrete subclasses are flattened by reflection.
 _CACHE_BASES: tuple[type, ...] = (
@@ -278,7 +278,7 @@ def children(obj: Any) -> list[tuple[str, Any]] | None:
     """
     if isinstance(obj, torch.Tensor):
         return None
-    if isinstance(obj, StackedRows):  # a per-item list exported stacked: its rows, as the eager list names them
+    if isinstance(obj, (StackedRows, RaggedRows)):  # a per-item list exported as one tensor: as eager names it
         return obj.named_rows()
     if is_cache_object(obj):
         return _split(obj)[0]

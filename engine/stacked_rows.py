@@ -8,6 +8,12 @@ concatenated (its consumer is ``torch.cat(rows, dim=0)``); to export, one output
 ``<field>.*``. Every runner gives back eager's leaves, ``<field>.0``, ``<field>.1``, ...: an ``ExportedProgram``
 rebuilds a :class:`StackedRows` whose children are its rows, and the ONNX and ExecuTorch runners unbind the outputs
 named ``<field>.*`` (:func:`expand_stacked_rows`).
+
+Pattern (ragged): Idefics2/3-like ``get_image_features`` end with ``[f.reshape(-1, d) for f in
+features.split(counts.tolist())]``, one tensor of rows per sample holding that sample's images. ``tolist()`` of a
+per-sample tensor is a Python list whose length is the batch, so the batch is pinned. :class:`RaggedRows` is the
+same list exported as the rows of every sample together plus each sample's row count: two output leaves,
+``<field>.*`` and ``<field>.*rows``, which every runner splits back into eager's ``<field>.0``, ``<field>.1``, ...
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import torch.utils._pytree as pytree
 
 #: the last part of the leaf name of a stacked output; its rows are named by index in its place
 ROWS = "*"
+#: the last part of the leaf name of a ragged output's per-item row counts (beside its ``ROWS`` leaf)
+ROW_COUNTS = "*rows"
 
 
 class StackedRows(list):
@@ -47,16 +55,51 @@ pytree.register_pytree_node(
 )
 
 
+class RaggedRows(list):
+    """Rows of ``rows`` grouped per item by ``counts`` (item ``i`` holds ``counts[i]`` consecutive rows), which the
+    model code sees as ``[rows]``: the consumer ``torch.cat(items, dim=0)`` gets every row, as from the eager list."""
+
+    def __init__(self, rows: torch.Tensor, counts: torch.Tensor):
+        super().__init__([rows])
+        self.rows, self.counts = rows, counts
+
+    def named_rows(self) -> list[tuple[str, torch.Tensor]]:
+        """One child per item with real tensors; the two leaves (rows, counts) of a spec unflattened with
+        markers."""
+        if not isinstance(self.counts, torch.Tensor) or self.counts.dim() == 0:
+            return [(ROWS, self.rows), (ROW_COUNTS, self.counts)]
+        return [(str(i), item) for i, item in enumerate(_split_by_counts(self.rows, self.counts))]
+
+
+def _split_by_counts(rows: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return rows.split([int(c) for c in counts.tolist()])
+
+
+pytree.register_pytree_node(
+    RaggedRows,
+    lambda ragged: ([ragged.rows, ragged.counts], None),
+    lambda children, _: RaggedRows(children[0], children[1]),
+    serialized_type_name="engine.stacked_rows.RaggedRows",
+    flatten_with_keys_fn=lambda ragged: ([(pytree.GetAttrKey("rows"), ragged.rows),
+                                          (pytree.GetAttrKey("counts"), ragged.counts)], None),
+)
+
+
 def expand_stacked_rows(outputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``outputs`` with each ``<field>.*`` leaf replaced by its rows ``<field>.0``, ``<field>.1``, ..., in place."""
+    """``outputs`` with each ``<field>.*`` leaf replaced by its rows ``<field>.0``, ``<field>.1``, ..., in place:
+    one per stacked row, or one per item of a ragged output (split by its ``<field>.*rows`` counts)."""
     suffix = "." + ROWS
     if not any(name == ROWS or name.endswith(suffix) for name in outputs):
         return dict(outputs)
     expanded: dict[str, torch.Tensor] = {}
     for name, value in outputs.items():
+        if name == ROW_COUNTS or name.endswith("." + ROW_COUNTS):
+            continue  # read with its rows
         if name == ROWS or name.endswith(suffix):
             stem = name[: -len(ROWS)]
-            expanded.update((f"{stem}{i}", row) for i, row in enumerate(value.unbind(0)))
+            counts = outputs.get(stem + ROW_COUNTS)
+            items = value.unbind(0) if counts is None else _split_by_counts(value, counts)
+            expanded.update((f"{stem}{i}", item) for i, item in enumerate(items))
         else:
             expanded[name] = value
     return expanded

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.patches.registry import register_patch, swap_attributes
+from engine.split_by_counts import rewrite_split_by_tolist
 from engine.stacked_rows import StackedRows
 
 
@@ -110,6 +111,52 @@ def _patch_list_of_stacked_features_as_one_tensor_in_capture(original):
         return original(value)
 
     return list_
+
+
+#: packed vision towers that reorder their merged tokens into attention windows by ``permute_input_for_window_attn``
+_WINDOW_PERMUTING_TOWERS = {"qwen2_5_vl": "Qwen2_5_VisionTransformerPretrainedModel",
+                            "qwen2_5_omni": "Qwen2_5OmniVisionEncoder", "exaone4_5": "Exaone4_5_VisionModel"}
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}.permute_input_for_window_attn"
+                            for m, c in _WINDOW_PERMUTING_TOWERS.items()))
+def _patch_window_permutation_sizes_tied_to_the_input(original):
+    """Pattern: ``input_tensor.reshape(seq_len // unit, unit, -1)[window_index]`` where ``window_index`` (one entry
+    per merged token) and the rotary tables permuted the same way are computed from ``grid_thw`` values, so under
+    torch.export their lengths are data-dependent symbols unrelated to the packed input's length ``seq_len``. The
+    reshape's ``-1`` becomes ``d * u // (seq_len // unit)``, which ExecuTorch plans at the worst case of every
+    symbol (a plan of GBs, or no finite bound at all). Every valid input has one window entry per merged token and
+    a table row per patch (the reshape back to ``seq_len`` rows fails otherwise), so both are stated as runtime
+    checks, which torch.export turns into equalities: the sizes become functions of ``seq_len``. No upstream issue
+    found; TODO (transformers): size the window index from ``hidden_states``.
+    """
+
+    def permute_input_for_window_attn(self, input_tensor, window_index, seq_len):
+        torch._check(input_tensor.shape[0] == seq_len)
+        torch._check(window_index.shape[0] == seq_len // self.spatial_merge_unit)
+        return original(self, input_tensor, window_index, seq_len)
+
+    return permute_input_for_window_attn
+
+
+#: models whose ``get_image_features`` split the features per sample by a ``.tolist()`` of per-sample counts
+_SPLIT_BY_TOLIST_MODELS = {"idefics2": "Idefics2Model", "idefics3": "Idefics3Model", "smolvlm": "SmolVLMModel",
+                           "modernvbert": "ModernVBertModel", "ultravbert": "UltraVBertModel",
+                           "granite_docling": "GraniteDoclingModel"}
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}.get_image_features"
+                            for m, c in _SPLIT_BY_TOLIST_MODELS.items()))
+def _patch_split_by_tolist_as_ragged_rows(original):
+    """Pattern: ``[f.reshape(-1, f.shape[-1]) for f in image_features.split(num_real_images_per_batch.tolist())]``
+    (the per-sample ``pooler_output`` of transformers >= 5.24, concatenated again by the model; GraniteDocling:
+    ``torch.split(features, (tiles_per_sample * tokens_per_tile).tolist())``): ``tolist()`` of a
+    per-sample tensor pins the batch (``Eq(batch, 2)``), so the program accepts only the traced batch. The function
+    is recompiled with that expression as one ragged value (:mod:`engine.split_by_counts`): the model concatenates
+    the same rows, and every runner gives back eager's per-sample leaves. No upstream issue found; TODO
+    (transformers): keep ``pooler_output`` unsplit, or split by a tensor of counts outside the traced forward.
+    """
+    return rewrite_split_by_tolist(original)
 
 
 #: modules whose forward takes the batch size from ``len()`` of a batch-major tensor (``batch_size =

@@ -226,3 +226,29 @@ def test_real_limit_config_exports_and_runs_in_bounded_memory(name, tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert not result["failed"], result["failed"]
     assert result["rss_mb"] < REAL_LIMITS_RSS_MB, f"peak RSS {result['rss_mb']:.0f} MB"
+
+
+def test_a_quotient_that_can_be_zero_raises_its_dividends_floor():
+    """``a // (s // 4)`` divides by zero for ``s < 4``: those inputs cannot run, so ``s >= 4`` (which gives the
+    size a finite interval bound); a floor already at or above 4, or a plain ``a // s``, is left alone."""
+    from torch.utils._sympy.functions import FloorDiv
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    s, t, u = sympy.symbols("s t u", integer=True, positive=True)
+    from engine.dim_bounds import _raise_divisor_floors
+
+    sizes = [32 * u * FloorDiv(s, FloorDiv(s, 4)), FloorDiv(8 * t, t)]
+    table = {s: ValueRanges(2, 128), t: ValueRanges(2, 64), u: ValueRanges(0, 256)}
+    assert _raise_divisor_floors(sizes, table) == {s: 4}
+    assert _raise_divisor_floors(sizes, {**table, s: ValueRanges(4, 128)}) == {}
+
+
+def test_the_maxsize_bound_of_a_checked_count_is_no_bound():
+    """torch gives a count read by ``.item()`` and checked ``>= 0`` the range ``[0, sys.maxsize - 1]``: planning
+    memory at it asks for exabytes, so it is capped like ``int_oo``."""
+    from torch.utils._sympy.numbers import int_oo
+
+    from engine.dim_bounds import _unbounded
+
+    assert _unbounded(int_oo) and _unbounded(sympy.Integer(sys.maxsize - 1))
+    assert not _unbounded(sympy.Integer(4096))

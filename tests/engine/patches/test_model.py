@@ -473,3 +473,58 @@ def test_cpmant_mask_with_arange_equals_the_list_one(batch, prompt, extra, seed)
     patched = _patch_descending_positions_as_arange(CpmAntModel._prepare_attention_mask)
     expected = CpmAntModel._prepare_attention_mask(owner, input_ids, span, context, length)
     assert torch.equal(patched(owner, input_ids, span, context, length), expected)
+
+
+class WindowPermutingTower(torch.nn.Module):
+    """Qwen2.5-VL's pattern: merged tokens reordered into attention windows by an index computed from the grid
+    (its length read from data), by ``reshape(seq_len // unit, unit, -1)[window_index]``."""
+
+    spatial_merge_unit = 4
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(6, 6)
+
+    def permute_input_for_window_attn(self, input_tensor, window_index, seq_len):
+        input_tensor = input_tensor.reshape(seq_len // self.spatial_merge_unit, self.spatial_merge_unit, -1)
+        return input_tensor[window_index, :, :].reshape(seq_len, -1)
+
+    def forward(self, hidden_states, tokens_per_image):
+        count = tokens_per_image.sum().item()  # the merged tokens, read from the grid as the helpers do
+        torch._check(count >= 0)
+        window_index = torch.arange(count).flip(0)
+        hidden_states = self.proj(hidden_states)
+        seq_len, _ = hidden_states.size()
+        return self.permute_input_for_window_attn(hidden_states, window_index, seq_len)
+
+
+def test_window_permutation_sizes_tied_to_the_packed_input():
+    """Unpatched, the permuted rows are ``u`` merged tokens (read from data) times a quotient of the input length,
+    and ExecuTorch plans memory for every symbol at its worst case (Qwen2.5-VL: 11.9 GB, which the runtime cannot
+    allocate: load_method fails with 0x21); with the lengths checked against the packed input the sizes are
+    functions of the input length, the plan is smaller, and one program runs any number of merged tokens as eager
+    does."""
+    from engine import AutoExporter, run_exported
+    from engine.patches.model import _patch_window_permutation_sizes_tied_to_the_input
+
+    def sample(tokens):
+        g = torch.Generator().manual_seed(len(tokens))
+        return {"hidden_states": torch.randn(4 * sum(tokens), 6, generator=g), "tokens_per_image": torch.tensor(tokens)}
+
+    class Patched(WindowPermutingTower):
+        permute_input_for_window_attn = _patch_window_permutation_sizes_tied_to_the_input(
+            WindowPermutingTower.permute_input_for_window_attn)
+
+    config = {"export_format": "executorch", "dynamic": True}
+    eager = WindowPermutingTower().eval()
+    model = Patched().eval()
+    model.load_state_dict(eager.state_dict())
+    unpatched = AutoExporter.export(eager, sample([3, 5]), config)
+    artifact = AutoExporter.export(model, sample([3, 5]), config)
+    planned = [sum(a.executorch_program.execution_plan[0].non_const_buffer_sizes) for a in (unpatched, artifact)]
+    assert planned[1] < planned[0]
+    for tokens in ([3, 5], [2, 4, 6]):
+        with torch.no_grad():
+            expected = eager(**sample(tokens))
+        got = next(iter(run_exported(artifact, sample(tokens)).values()))
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
