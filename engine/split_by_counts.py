@@ -5,7 +5,9 @@ Pattern: Idefics2, Idefics3, SmolVLM, ModernVBert and UltraVBert end ``get_image
     [f.reshape(-1, f.shape[-1]) for f in image_features.split(num_real_images_per_batch.tolist())]
 
 one tensor of rows per sample (the rows of that sample's images); GraniteDocling writes the same as
-``sizes = (tiles_per_sample * tokens_per_tile).tolist()`` and ``torch.split(rows, sizes)``. ``tolist()`` of the per-sample counts is a
+``sizes = (tiles_per_sample * tokens_per_tile).tolist()`` and ``torch.split(rows, sizes)``, Inkling2 as
+``rows.split(image_grid_thw.prod(-1).tolist())``. Only functions whose callers concatenate the pieces again are
+rewritten (a caller that iterates them per image would see one piece). ``tolist()`` of the per-sample counts is a
 Python list as long as the batch, so torch.export pins the batch (``Eq(batch, 2)`` in the split). The comprehension
 is the rows of every image in order, grouped per sample; :func:`rewrite_split_by_tolist` recompiles the function
 with it replaced by :func:`split_rows_by_counts`, which returns those rows and the per-sample row counts as a
@@ -79,8 +81,9 @@ def _split_sizes(node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
 
 
 class _SplitByTolist(ast.NodeTransformer):
-    """``[f.reshape(-1, f.shape[-1]) for f in X.split(Y.tolist())]`` -> ``__split_rows_by_counts__(X, Y)``; and
-    ``S = Y.tolist()`` used only as the sizes of ``torch.split(X, S)`` -> ``S = Y`` and ``__ragged_rows__(X, S)``."""
+    """``[f.reshape(-1, f.shape[-1]) for f in X.split(Y.tolist())]`` -> ``__split_rows_by_counts__(X, Y)``;
+    ``X.split(Y.tolist())`` (or ``torch.split``) -> ``__ragged_rows__(X, Y)``; and ``S = Y.tolist()`` used only as
+    the sizes of ``torch.split(X, S)`` -> ``S = Y`` and ``__ragged_rows__(X, S)``."""
 
     def __init__(self):
         self.matched = 0
@@ -111,29 +114,27 @@ class _SplitByTolist(ast.NodeTransformer):
         self.generic_visit(node)
         split = _split_sizes(node)
         if split and isinstance(split[1], ast.Name) and split[1].id in self.sizes_names:
+            counts = split[1]
+        else:
+            counts = _tolist_of(split[1]) if split else None  # inline: X.split(Y.tolist())
+        if counts is not None:
             self.matched += 1
-            return ast.copy_location(ast.Call(func=ast.Name(id=_RAGGED, ctx=ast.Load()), args=list(split),
+            return ast.copy_location(ast.Call(func=ast.Name(id=_RAGGED, ctx=ast.Load()), args=[split[0], counts],
                                               keywords=[]), node)
         return node
 
     def visit_ListComp(self, node: ast.ListComp) -> ast.AST:
+        if len(node.generators) == 1:  # matched whole, before its inner split is visited
+            gen = node.generators[0]
+            split = _split_sizes(gen.iter)
+            counts = _tolist_of(split[1]) if split else None
+            if (counts is not None and not gen.ifs and not gen.is_async and isinstance(gen.target, ast.Name)
+                    and _rows_of(node.elt, gen.target.id)):
+                self.matched += 1
+                return ast.copy_location(
+                    ast.Call(func=ast.Name(id=_HELPER, ctx=ast.Load()), args=[split[0], counts], keywords=[]), node)
         self.generic_visit(node)
-        if len(node.generators) != 1:
-            return node
-        gen = node.generators[0]
-        split = gen.iter
-        if (gen.ifs or gen.is_async or not isinstance(gen.target, ast.Name) or not _rows_of(node.elt, gen.target.id)
-                or not (isinstance(split, ast.Call) and isinstance(split.func, ast.Attribute)
-                        and split.func.attr == "split" and len(split.args) == 1 and not split.keywords)):
-            return node
-        sizes = split.args[0]
-        if not (isinstance(sizes, ast.Call) and isinstance(sizes.func, ast.Attribute) and sizes.func.attr == "tolist"
-                and not sizes.args and not sizes.keywords):
-            return node
-        self.matched += 1
-        return ast.copy_location(
-            ast.Call(func=ast.Name(id=_HELPER, ctx=ast.Load()), args=[split.func.value, sizes.func.value], keywords=[]),
-            node)
+        return node
 
 
 def rewrite_split_by_tolist(fn: Callable) -> Callable:

@@ -142,7 +142,8 @@ def _patch_window_permutation_sizes_tied_to_the_input(original):
 #: models whose ``get_image_features`` split the features per sample by a ``.tolist()`` of per-sample counts
 _SPLIT_BY_TOLIST_MODELS = {"idefics2": "Idefics2Model", "idefics3": "Idefics3Model", "smolvlm": "SmolVLMModel",
                            "modernvbert": "ModernVBertModel", "ultravbert": "UltraVBertModel",
-                           "granite_docling": "GraniteDoclingModel"}
+                           "granite_docling": "GraniteDoclingModel", "inkling2": "Inkling2Model",
+                           "inkling2_loop": "Inkling2LoopModel"}
 
 
 @register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}.get_image_features"
@@ -150,7 +151,8 @@ _SPLIT_BY_TOLIST_MODELS = {"idefics2": "Idefics2Model", "idefics3": "Idefics3Mod
 def _patch_split_by_tolist_as_ragged_rows(original):
     """Pattern: ``[f.reshape(-1, f.shape[-1]) for f in image_features.split(num_real_images_per_batch.tolist())]``
     (the per-sample ``pooler_output`` of transformers >= 5.24, concatenated again by the model; GraniteDocling:
-    ``torch.split(features, (tiles_per_sample * tokens_per_tile).tolist())``): ``tolist()`` of a
+    ``torch.split(features, (tiles_per_sample * tokens_per_tile).tolist())``; Inkling2:
+    ``pooler_output.split(image_grid_thw.prod(-1).tolist())``; every caller ``torch.cat``s them): ``tolist()`` of a
     per-sample tensor pins the batch (``Eq(batch, 2)``), so the program accepts only the traced batch. The function
     is recompiled with that expression as one ragged value (:mod:`engine.split_by_counts`): the model concatenates
     the same rows, and every runner gives back eager's per-sample leaves. No upstream issue found; TODO

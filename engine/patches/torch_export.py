@@ -119,9 +119,86 @@ def _fix_complex_tensors_as_real_pairs(gm: torch.fx.GraphModule, node: torch.fx.
 _REPEAT_INTERLEAVES = (torch.ops.aten.repeat_interleave.Tensor, torch.ops.aten.repeat_interleave.self_Tensor)
 
 
+def _size_node(gm: torch.fx.GraphModule, like: torch.fx.Node, expr) -> torch.fx.Node | int | None:
+    """A node (before ``like``) computing ``expr``, an integer expression of the inputs' sizes, from ``sym_size``
+    of the placeholders holding them; None where a symbol is no input dim or ``expr`` has other operations."""
+    import operator
+
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    dims = {}
+    for placeholder in gm.graph.find_nodes(op="placeholder"):
+        pval = placeholder.meta.get("val")
+        for d, dim in enumerate(pval.shape if isinstance(pval, torch.Tensor) else ()):
+            if isinstance(dim, torch.SymInt) and dim.node.expr.is_symbol:
+                dims.setdefault(dim.node.expr, (placeholder, d))
+
+    def build(e):
+        if isinstance(e, sympy.Integer):
+            return int(e)
+        if isinstance(e, sympy.Symbol):
+            if e not in dims:
+                raise LookupError(e)
+            return _call(gm, like, torch.ops.aten.sym_size.int, *dims[e])
+        ops = {sympy.Add: operator.add, sympy.Mul: operator.mul, FloorDiv: operator.floordiv}
+        op = next((f for t, f in ops.items() if isinstance(e, t)), None)
+        if op is None:
+            raise LookupError(e)
+        args = [build(a) for a in e.args]
+        out = args[0]
+        for arg in args[1:]:
+            if isinstance(out, int) and isinstance(arg, int):
+                out = op(out, arg)
+            else:
+                out = _call(gm, like, op, out, arg)
+        return out
+
+    try:
+        return build(expr)
+    except LookupError:
+        return None
+
+
+def _output_length(gm: torch.fx.GraphModule, node: torch.fx.Node, repeats: torch.fx.Node) -> torch.fx.Node | None:
+    """A node computing the length of ``node``'s 1-D output: from the inputs' sizes where torch derived it from
+    them (Inkling2: ``4 * patches``), else ``repeats.sum().item()`` defining the data-dependent symbol ``node``
+    bound (its ``unbacked_bindings`` move there); None where neither applies."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    val, bindings = node.meta.get("val"), node.meta.get("unbacked_bindings") or {}
+    if not isinstance(val, torch.Tensor) or val.dim() != 1 or not isinstance(val.shape[0], torch.SymInt):
+        return None
+    size = val.shape[0]
+    if not free_unbacked_symbols(size) and not bindings:  # torch knew the length from the inputs' sizes
+        return _size_node(gm, node, size.node.expr)
+    if not size.node.expr.is_symbol or set(free_unbacked_symbols(size)) != set(bindings):
+        return None
+    total = _call(gm, node, torch.ops.aten.sum.default, repeats)
+    with gm.graph.inserting_before(node):
+        item = gm.graph.call_function(torch.ops.aten._local_scalar_dense.default, (total,))
+    item.meta.update({k: v for k, v in node.meta.items() if k != "unbacked_bindings"})
+    item.meta["val"] = size
+    item.meta["unbacked_bindings"] = {size.node.expr: ()}
+    total.meta.pop("unbacked_bindings", None)
+    node.meta.pop("unbacked_bindings", None)
+    return item
+
+
 @register_fx_node_fix("onnx")
 @register_fx_node_fix("executorch")
 def _fix_repeat_interleave_of_known_length_as_comparison_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """The comparison count below, for a ``repeat_interleave`` given its ``output_size``."""
+    return _repeat_interleave_as_comparison_count(gm, node, derive_length=False)
+
+
+@register_fx_node_fix("executorch")
+def _fix_repeat_interleave_without_output_size_as_comparison_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """The comparison count below without ``output_size``: ExecuTorch only (torchlib translates that form)."""
+    return _repeat_interleave_as_comparison_count(gm, node, derive_length=True)
+
+
+def _repeat_interleave_as_comparison_count(gm: torch.fx.GraphModule, node: torch.fx.Node, derive_length: bool) -> bool:
     """Make ``torch.repeat_interleave(repeats, output_size=n)`` (the index form: ``i`` repeated ``repeats[i]``
     times) a comparison count: output position ``k`` holds the number of cumulative repeats at or below ``k``;
     ``torch.repeat_interleave(x, repeats, output_size=n)`` of a 1-D ``x``, ``x`` gathered at those indices.
@@ -131,17 +208,24 @@ def _fix_repeat_interleave_of_known_length_as_comparison_count(gm: torch.fx.Grap
     ``aten.repeat_interleave.Tensor`` is not Core ATen (ExecuTorch's edge verifier refuses it) and torchlib's
     translation takes no ``output_size`` ("aten_repeat_interleave_Tensor() got an unexpected keyword argument
     'output_size'"). With the length known, ``(arange(n)[:, None] >= cumsum(repeats)[None, :]).sum(-1)`` gives the
-    same indices with ops both backends have (memory ``n x len(repeats)``). Without ``output_size`` the length is
-    a new data-dependent size, and the node is left as it is. TODO: upstream issue not found.
+    same indices with ops both backends have (memory ``n x len(repeats)``). Without ``output_size`` (Inkling2's
+    ``repeat_interleave(image_ids, patches_per_image)``) the length is the output's own size: computed from the
+    inputs' sizes where torch derived it, else ``repeats.sum().item()`` bound to the symbol the node defined, so
+    every later shape still reads it (ExecuTorch only: torchlib translates the op without ``output_size``).
+    TODO: upstream issue not found.
     """
     if node.op != "call_function" or node.target not in _REPEAT_INTERLEAVES:
         return False
     bound = node.normalized_arguments(gm, normalize_to_only_use_kwargs=True).kwargs  # every argument, by name
     length, repeats = bound.get("output_size"), bound["repeats"]
     source = bound.get("input") if node.target is torch.ops.aten.repeat_interleave.self_Tensor else None
-    if length is None or (source is not None and (repeats.meta["val"].dim() != 1 or source.meta["val"].dim() != 1
-                                                  or bound.get("dim") not in (None, 0, -1))):
+    if source is not None and (repeats.meta["val"].dim() != 1 or source.meta["val"].dim() != 1
+                               or bound.get("dim") not in (None, 0, -1)):
         return False  # the index form, or one 1-D tensor repeated element-wise (what the models do)
+    if length is None:
+        length = _output_length(gm, node, repeats) if derive_length else None
+        if length is None:
+            return False
     positions = _call(gm, node, torch.ops.aten.arange.default, length, dtype=repeats.meta["val"].dtype)
     ends = _call(gm, node, torch.ops.aten.cumsum.default, repeats, 0)
     column = _call(gm, node, torch.ops.aten.unsqueeze.default, positions, 1)
@@ -414,6 +498,34 @@ def _patch_unique_consecutive_as_run_starts(original):
         return flat[run_start]
 
     return unique_consecutive
+
+
+@register_patch("dynamo", "torch.fx.experimental.symbolic_shapes.ShapeEnv._set_replacement",
+                requires={"torch": ">=2.14,<2.15"})
+@register_patch("pt2", "torch.fx.experimental.symbolic_shapes.ShapeEnv._set_replacement",
+                requires={"torch": ">=2.14,<2.15"})
+def _patch_replacement_skipped_where_bounds_overflow(original):
+    """Pattern: ``torch._check(mask_count == features.numel())`` (the multimodal placeholder checks of Inkling2
+    and others: ``inputs_embeds[special_mask].numel() == features.numel()``) equates a data-dependent count,
+    ranged up to ``sys.maxsize - 1``, with a product of input sizes. torch solves the equation for the input size,
+    bounds it, and asserts that the product's recomputed bound lies within the count's; near ``2**63`` the
+    integer rounding of the two differs by a few units (``tgt_bound=VR[64, 9223372036854775808] not a subset of
+    src_bound=VR[64, 9223372036854775806]``) and the export fails on torch's own assertion. Where that assertion
+    fires, the replacement is skipped: the equality stays a deferred runtime assert of the program (what torch does
+    whenever it declines a replacement), and the ranges it refined are kept. Loading a saved program replays the
+    assert, so the patch is installed there too ("pt2"). TODO(upstream): no torch issue found
+    (torch/fx/experimental/symbolic_shapes.py ``_set_replacement``, 2.14.1).
+    """
+
+    def set_replacement(self, a, tgt, msg):
+        try:
+            return original(self, a, tgt, msg)
+        except AssertionError as e:
+            if "not a subset of src_bound" not in str(e):
+                raise
+            return None
+
+    return set_replacement
 
 
 # ── Speed: torch.export internals ───────────────────────────────────────────────────────────────────────────

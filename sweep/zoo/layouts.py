@@ -59,6 +59,11 @@ def _image_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, Any]]:
         frames = ctx.find("num_frames")
         if isinstance(frames, int) and frames > 1 and "pixel_values_videos" not in ctx.params:
             out.append({"pixel_values": base["pixel_values"][:, None].repeat(1, frames, 1, 1, 1)})  # a clip
+        patch = ctx.find("patch_size", where=lambda c: c is ctx.vision_config(), default=None)
+        temporal = ctx.find("temporal_patch_size", where=lambda c: c is ctx.vision_config(), default=None)
+        if isinstance(patch, int) and isinstance(temporal, int):  # one channels-last patch clip per image token
+            # (Inkling): (tokens, temporal_patch, P, P, C), one token per image
+            out.append({"pixel_values": ctx.floats(x4.shape[0], temporal, patch, patch, x4.shape[1])})
     return out
 
 
@@ -99,6 +104,16 @@ def _packed_image_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, 
             out.append({"pixel_values": x.view(-1, channels, patch, patch)})  # one image per patch (Kimi-K2.5)
             if x.shape[0] % ctx.batch == 0:  # patches grouped per image (PaddleOCR-VL): (B, N, C, P, P)
                 out.append({"pixel_values": x.view(ctx.batch, -1, channels, patch, patch)})
+            merge = ctx.find("spatial_merge_size", default=2)
+            if isinstance(merge, int) and merge > 1 and x.shape[0] % (merge * merge) == 0:
+                # one channels-last tile per merged token (Inkling2): (N / m^2, m * P, m * P, C), each tile the
+                # m x m patches it merges, and the grid counted in merged tokens
+                tiles = x.view(-1, merge, merge, channels, patch, patch).permute(0, 1, 4, 2, 5, 3)
+                merged = grid.clone()
+                merged[:, 1:] //= merge
+                key = "image_grid_thw" if "image_grid_thw" in base else "grid_thw"
+                out.append({"pixel_values": tiles.reshape(-1, merge * patch, merge * patch, channels).contiguous(),
+                            key: merged})
     if "image_sizes" in ctx.params and "pixel_values" in base and "image_sizes" not in base:
         out.append({"image_sizes": image_sizes(ctx)})  # any-resolution models (LLaVA-NeXT)
     return out

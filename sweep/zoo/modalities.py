@@ -202,11 +202,13 @@ def _patchified_pixels(ctx: Context, c: int, h: int, w: int) -> torch.Tensor:
     """Qwen-VL style: (sum of t*h*w patches, C * temporal_patch * patch * patch) plus ``image_grid_thw``."""
     patch = ctx.find("patch_size", default=14)
     temporal = ctx.find("temporal_patch_size", "patch_temporal", default=1)
+    merge = ctx.find("spatial_merge_size", "merge_size", default=1)
     gh, gw = h // patch, w // patch
+    if isinstance(merge, int) and merge > 1:  # whole merge blocks: a 64-pixel side in 20-pixel patches is 3, not 2k
+        gh, gw = max(merge, gh - gh % merge), max(merge, gw - gw % merge)
     grid = torch.tensor([[1, gh, gw]] * ctx.batch)
     ctx.made["image_grid_thw"] = ctx.made["grid_thw"] = grid
     ctx.made["image_grid_hw"] = grid[:, 1:]  # (height, width) grids without the temporal axis (Nemotron-H Omni)
-    merge = ctx.find("spatial_merge_size", "merge_size", default=1)
     ctx.hints.image_tokens = ctx.hints.image_tokens or (gh * gw) // (merge * merge)
     values = ctx.floats(ctx.batch * gh * gw, c * temporal * patch * patch)
     ctx.made["pixel_values"] = values

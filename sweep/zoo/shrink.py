@@ -36,7 +36,8 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
     5. **Image token counts** (and tables keyed by patches per image) scale with the patches per image.
     6. **Channel maps**: lists naming a sub-config's channels (a detector's backbone stages) take its new channels.
     7. **Pinpoints**: any-resolution tilings scale with the image side.
-    8. **Placeholder ids** a multimodal config leaves None get reserved ids.
+    8. **Placeholder ids** a multimodal config leaves None get reserved ids; an image-token ``vocabulary_map`` the
+       checkpoints would ship (Chameleon, Emu3) is written for a small codebook.
     9. **Tower layer indices** in a config without layers are clamped into its vision tower.
     10. **Implicit defaults**: values the modeling code assumes when the config leaves them out (learned from a
         forward error, :func:`sweep.zoo.lessons.implicit_default_from_error`), applied after the generic
@@ -58,6 +59,7 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
     _follow_channel_maps(root)
     _scale_pinpoints(root, old_side, image_side(root))
     _fill_unset_placeholder_ids(root, profile, token_map)
+    _fill_image_vocabulary_maps(root)
     _clamp_tower_layer_indices(root)
     _apply_implicit_defaults(root, implicit_defaults or {})
     if overrides:
@@ -219,6 +221,42 @@ def _fill_unset_placeholder_ids(root: Node, profile: Profile, token_map: dict[in
     for i, key in enumerate(PLACEHOLDER_FIELDS):
         if key in root.fields and root.args.get(key) is None:
             root.args[key] = min(min(vocabs), profile.vocab) - 2 - i - len(token_map)
+
+
+#: the names image-token vocabularies give their VQ codes (``vocabulary_map`` keys), by the config class that
+#: reads them: Chameleon ``IMGIMG<digits as letters A-J>Z``, Emu3 ``<|visual token 000123|>``
+_IMAGE_TOKEN_NAMES = {
+    "ChameleonConfig": lambda i: "IMGIMG" + "".join(chr(ord("A") + int(d)) for d in str(i)) + "Z",
+    "Emu3Config": lambda i: f"<|visual token {i:06d}|>",
+}
+#: VQ codebook size given to a tiny model whose image vocabulary the zoo writes
+IMAGE_CODES = 64
+
+
+def _fill_image_vocabulary_maps(root: Node) -> None:
+    """A config that maps VQ image codes to text tokens through ``vocabulary_map`` (checkpoints ship it; the default
+    is None, and ``__init__`` fails on ``None.get``) gets one: its codebook's codes (cut to :data:`IMAGE_CODES`) as the
+    top text ids below the placeholder ids, ``<image>`` as its image placeholder id, and Emu3's end-of-line token."""
+    name = _IMAGE_TOKEN_NAMES.get(root.cls.__name__)
+    if name is None or root.args.get("vocabulary_map") is not None:
+        return
+    vq = next((c for c in root.children.values() if "VQ" in c.cls.__name__), None)
+    vocabs = [n.args["vocab_size"] for n in root.walk() if is_int(n.args.get("vocab_size"))]
+    if vq is None or not vocabs:
+        return
+    codes_key = next((k for k in ("num_embeddings", "codebook_size") if is_int(vq.args.get(k))), None)
+    if codes_key is None:
+        return
+    vq.args[codes_key] = codes = min(vq.args[codes_key], IMAGE_CODES)
+    top = min(vocabs) - 1
+    image = root.args.get("image_token_id")
+    image = top if not is_int(image) else image
+    first = top - 2 - codes  # below <image> and the end-of-line token
+    mapping = {"<image>": image, "<|extra_200|>": top - 1}
+    mapping.update({name(i): first + i for i in range(codes)})
+    root.args["vocabulary_map"] = mapping
+    if "image_token_id" in root.fields:
+        root.args["image_token_id"] = image
 
 
 def _follow_channel_maps(root: Node) -> None:
