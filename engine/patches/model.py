@@ -113,6 +113,49 @@ def _patch_list_of_stacked_features_as_one_tensor_in_capture(original):
     return list_
 
 
+def chunk_and_pad_by_gather(input_features: torch.Tensor, feature_lens: torch.Tensor, n_window: int,
+                            kwargs: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen-Omni's ``chunk_and_pad_features`` without the split: each audio cut into chunks of ``2 * n_window``
+    frames (its last chunk shorter), the chunks right-padded with zeros to the longest, as one gather of the
+    ``(features, frames)`` input at ``chunk start + offset`` (masked past each chunk's length)."""
+    if kwargs is not None:
+        padded_feature = kwargs.pop("padded_feature", None)
+        chunk_lengths = kwargs.pop("chunk_lengths", None)
+        if padded_feature is not None and chunk_lengths is not None:
+            return padded_feature, chunk_lengths
+    chunk = n_window * 2
+    chunk_num = torch.ceil(feature_lens / chunk).long()
+    count = chunk_num.sum().item()
+    torch._check(count >= 0)
+    chunk_lengths = torch.full((count,), chunk, dtype=torch.long, device=feature_lens.device)
+    tail_chunk_index = F.pad(chunk_num, (1, 0), value=-1).cumsum(0)[1:]
+    chunk_lengths[tail_chunk_index] = feature_lens % chunk
+    chunk_lengths = torch.where(chunk_lengths == 0, chunk, chunk_lengths)
+    longest = chunk_lengths.max().item()
+    torch._check(longest >= 0)
+    torch._check(longest <= chunk)
+    offsets = torch.arange(longest, device=feature_lens.device)
+    starts = chunk_lengths.cumsum(0) - chunk_lengths
+    valid = offsets[None, :] < chunk_lengths[:, None]
+    frames = torch.where(valid, starts[:, None] + offsets[None, :], 0)  # (chunks, longest)
+    gathered = input_features[:, frames.reshape(-1)].reshape(input_features.shape[0], count, longest)
+    padded_feature = torch.where(valid[None], gathered, 0).permute(1, 0, 2)  # (chunks, features, longest)
+    return padded_feature, chunk_lengths
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.chunk_and_pad_features"
+                            for m in ("qwen2_5_omni", "qwen3_omni_moe")))
+def _patch_audio_chunks_padded_by_gather(original):
+    """Pattern: Qwen2.5-Omni / Qwen3-Omni audio towers cut the packed mel frames into chunks with
+    ``input_features.T.split(chunk_lengths.tolist())`` and ``pad_sequence``; the chunk count is read from
+    ``feature_lens`` values, and ``tolist()`` of a tensor of data-dependent length cannot be traced (torch guards
+    ``Eq(u, 0)`` in ``unbind``, https://github.com/pytorch/pytorch/issues/126685). The same padded chunks as one
+    gather (:func:`chunk_and_pad_by_gather`, equal to the original for every length, hypothesis-tested). TODO
+    (transformers): no upstream issue found for the helper itself.
+    """
+    return chunk_and_pad_by_gather
+
+
 #: packed vision towers that reorder their merged tokens into attention windows by ``permute_input_for_window_attn``
 _WINDOW_PERMUTING_TOWERS = {"qwen2_5_vl": "Qwen2_5_VisionTransformerPretrainedModel",
                             "qwen2_5_omni": "Qwen2_5OmniVisionEncoder", "exaone4_5": "Exaone4_5_VisionModel"}

@@ -528,3 +528,51 @@ def test_window_permutation_sizes_tied_to_the_packed_input():
             expected = eager(**sample(tokens))
         got = next(iter(run_exported(artifact, sample(tokens)).values()))
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=4), st.integers(1, 6), st.integers(0, 2**16))
+def test_audio_chunks_padded_by_gather_equal_the_split(lengths, n_window, seed):
+    """Qwen-Omni's ``chunk_and_pad_features`` (split by ``tolist()`` and ``pad_sequence``) and the gather that
+    replaces it give the same padded chunks and chunk lengths for any audio lengths and window."""
+    from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import chunk_and_pad_features
+
+    from engine.patches.model import chunk_and_pad_by_gather
+
+    feature_lens = torch.tensor(lengths)
+    features = torch.randn(3, int(feature_lens.sum()), generator=torch.Generator().manual_seed(seed))
+    expected = chunk_and_pad_features(features, feature_lens, n_window)
+    got = chunk_and_pad_by_gather(features, feature_lens, n_window)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_audio_chunks_padded_by_gather_export_for_any_lengths():
+    """The split by ``tolist()`` of a tensor of data-dependent length cannot be traced (``Eq(u, 0)``); the gather
+    exports once and pads other audio lengths as the original does."""
+    from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import chunk_and_pad_features
+
+    from engine import DynamoExporter, run_exported
+    from engine.patches.model import chunk_and_pad_by_gather
+
+    class Chunks(torch.nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, input_features, feature_lens):
+            return self.fn(input_features, feature_lens, 4)
+
+    def sample(lengths):
+        lens = torch.tensor(lengths)
+        return {"input_features": torch.randn(3, int(lens.sum())), "feature_lens": lens}
+
+    with pytest.raises(Exception):
+        DynamoExporter().export(Chunks(chunk_and_pad_features), sample([11, 5]), {"dynamic": True})
+    program = DynamoExporter().export(Chunks(chunk_and_pad_by_gather), sample([11, 5]), {"dynamic": True})
+    for lengths in ([11, 5], [3, 20, 8]):
+        inputs = sample(lengths)
+        expected = chunk_and_pad_features(inputs["input_features"], inputs["feature_lens"], 4)
+        got = list(run_exported(program, inputs).values())
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
