@@ -152,10 +152,38 @@ _NONE_ERROR = re.compile(r"NoneType|not subscriptable|has no len")
 def learn_from_init_error(exc: BaseException, config: PreTrainedConfig, profile: Profile) -> dict | None:
     """Nested overrides that answer the model's ``__init__`` error, or None when it teaches nothing."""
     for learn in (lambda: _missing_attribute(exc, config, profile), lambda: _unset_field_read(exc, config, profile),
-                  lambda: required_flag(str(exc), config), lambda: _heads_divide(exc, config)):
+                  lambda: required_flag(str(exc), config), lambda: _heads_divide(exc, config),
+                  lambda: _assumed_rope_sections(exc, config)):
         found = learn()
         if found:
             return found
+    return None
+
+
+#: a multimodal RoPE section list the modeling code assumes when the config has none
+_ASSUMED_SECTIONS = re.compile(r"""rope_parameters\.get\(\s*["']mrope_section["']\s*,\s*\[([\d,\s]+)\]\s*\)""")
+
+
+def _assumed_rope_sections(exc: BaseException, config) -> dict | None:
+    """An ``__init__`` that failed in a function reading ``rope_parameters.get("mrope_section", [22, 22, 20])``
+    (Ernie 4.5 VL): that default is sized for the checkpoint's head dim, so the config gets it rescaled to half the
+    shrunk head dim, in the config object the function was handed."""
+    for frame, _, _ in failing_statements(exc):
+        obj = frame.f_locals.get("config")
+        if not isinstance(obj, PreTrainedConfig) or (getattr(obj, "rope_parameters", None) or {}).get("mrope_section"):
+            continue
+        try:
+            source = inspect.getsource(frame.f_code)
+        except (OSError, TypeError):
+            continue
+        found = _ASSUMED_SECTIONS.search(source)
+        path = repairs.path_of(config, obj)
+        heads = getattr(obj, "num_attention_heads", None)
+        head_dim = getattr(obj, "head_dim", None) or (obj.hidden_size // heads if heads else None)
+        if found and path is not None and head_dim:
+            sections = [int(v) for v in found.group(1).split(",") if v.strip()]
+            return repairs.nested(path, "rope_parameters", {**(obj.rope_parameters or {}),
+                                                            "mrope_section": proportional(sections, head_dim // 2)})
     return None
 
 

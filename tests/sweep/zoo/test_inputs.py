@@ -390,3 +390,18 @@ def test_a_pooling_window_larger_than_the_remaining_image_asks_for_a_larger_imag
     hints = Hints()
     assert lessons.refine_hints(hints, exc, {"pixel_values": pixels})
     assert hints.image_side == 4
+
+
+def test_merged_token_tiles_and_patch_clips_are_offered_to_the_models_that_take_them():
+    """Inkling2 takes one channels-last tile per merged token with its grid counted in merged tokens (and the
+    patch grid must hold whole merge blocks); Inkling one channels-last patch clip per image token."""
+    from sweep.zoo import build
+
+    case = build.build_case("Inkling2VisionModel")
+    config = case.model.config
+    side = config.patch_size * config.spatial_merge_size
+    assert case.inputs["pixel_values"].shape[1:] == (side, side, config.num_channels)
+    assert int(case.inputs["image_grid_thw"].prod(-1).sum()) == case.inputs["pixel_values"].shape[0]
+    clips = build.build_case("InklingModel").inputs["pixel_values"]
+    vision = build.build_case("InklingModel").model.config.vision_config
+    assert clips.shape[1:] == (vision.temporal_patch_size, vision.patch_size, vision.patch_size, vision.num_channels)

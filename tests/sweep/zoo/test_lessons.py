@@ -178,3 +178,26 @@ def test_a_forward_error_no_lesson_knows_leaves_the_hints_alone():
     hints = Hints()
     assert not lessons.refine_hints(hints, _raise(ValueError(UNRELATED)), {"input_ids": torch.zeros(2, 3)})
     assert hints == Hints()
+
+
+def test_rope_sections_the_modeling_code_assumes_are_rescaled_to_the_shrunk_head_dim():
+    """Ernie 4.5 VL reads ``rope_parameters.get("mrope_section", [22, 22, 20])``: sized for head dim 128, it fails
+    the tiny model's ``__init__``; the zoo learns the default from the failing function's source."""
+    from sweep.zoo import build
+
+    case = build.build_case("Ernie4_5_VLMoeModel")
+    text = case.model.config.text_config
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    assert sum(text.rope_parameters["mrope_section"]) == head_dim // 2
+
+
+def test_image_vocabulary_maps_name_every_code_as_the_model_parses_it():
+    """Chameleon's checkpoints ship the ``vocabulary_map`` its image tokenizer reads; the zoo writes one whose
+    codes its mapping class turns back into codebook indices, below the image placeholder."""
+    from sweep.zoo import build
+
+    model = build.build_case("ChameleonModel").model
+    mapping = model.vocabulary_mapping
+    codes = model.vqmodel.quantize.num_embeddings
+    assert sorted(mapping.bpe2img.values()) == list(range(codes))
+    assert max(mapping.bpe2img) < mapping.image_token_id < model.config.vocab_size
