@@ -18,6 +18,8 @@ def test_pins_are_read_from_pyproject():
         "onnxruntime": "1.32.0",
         "executorch": "1.5.1",
         "torchao": "0.18.0",
+        "torchvision": "0.29.1",
+        "timm": "1.0.31",
     }
 
 
