@@ -40,11 +40,6 @@ def split_rows_by_counts(features: torch.Tensor, counts: torch.Tensor) -> Ragged
     return RaggedRows(features.reshape(-1, features.shape[-1]), counts * rows_per_item)
 
 
-def ragged_rows(rows: torch.Tensor, counts: torch.Tensor) -> RaggedRows:
-    """``torch.split(rows, counts.tolist())`` as one ragged value."""
-    return RaggedRows(rows, counts)
-
-
 def _is_minus_one(node: ast.AST) -> bool:
     return (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
             and isinstance(node.operand, ast.Constant) and node.operand.value == 1)
@@ -66,6 +61,10 @@ def _tolist_of(node: ast.AST) -> ast.AST | None:
             and not node.args and not node.keywords):
         return node.func.value
     return None
+
+
+def _helper_call(name: str, args: list[ast.AST], like: ast.AST) -> ast.Call:
+    return ast.copy_location(ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=args, keywords=[]), like)
 
 
 def _split_sizes(node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
@@ -119,8 +118,7 @@ class _SplitByTolist(ast.NodeTransformer):
             counts = _tolist_of(split[1]) if split else None  # inline: X.split(Y.tolist())
         if counts is not None:
             self.matched += 1
-            return ast.copy_location(ast.Call(func=ast.Name(id=_RAGGED, ctx=ast.Load()), args=[split[0], counts],
-                                              keywords=[]), node)
+            return _helper_call(_RAGGED, [split[0], counts], node)
         return node
 
     def visit_ListComp(self, node: ast.ListComp) -> ast.AST:
@@ -131,15 +129,15 @@ class _SplitByTolist(ast.NodeTransformer):
             if (counts is not None and not gen.ifs and not gen.is_async and isinstance(gen.target, ast.Name)
                     and _rows_of(node.elt, gen.target.id)):
                 self.matched += 1
-                return ast.copy_location(
-                    ast.Call(func=ast.Name(id=_HELPER, ctx=ast.Load()), args=[split[0], counts], keywords=[]), node)
+                return _helper_call(_HELPER, [split[0], counts], node)
         self.generic_visit(node)
         return node
 
 
 def rewrite_split_by_tolist(fn: Callable) -> Callable:
     """``fn`` (a function or method, decorators included) recompiled from its source with every per-sample split
-    by ``.tolist()`` replaced by :func:`split_rows_by_counts`; ``fn`` itself where its source has none."""
+    by ``.tolist()`` replaced by :func:`split_rows_by_counts` or a :class:`RaggedRows` of the split tensor and its
+    counts; ``fn`` itself where its source has none."""
     raw = inspect.unwrap(fn)
     try:
         lines, first = inspect.getsourcelines(raw)
@@ -162,4 +160,4 @@ def rewrite_split_by_tolist(fn: Callable) -> Callable:
     ast.increment_lineno(module, first - 1)  # tracebacks point into the model's own file
     namespace: dict = {}
     exec(compile(module, inspect.getsourcefile(raw) or "<rewritten>", "exec"), raw.__globals__, namespace)  # noqa: S102
-    return namespace["__make__"](split_rows_by_counts, ragged_rows)
+    return namespace["__make__"](split_rows_by_counts, RaggedRows)

@@ -186,15 +186,15 @@ def _output_length(gm: torch.fx.GraphModule, node: torch.fx.Node, repeats: torch
 
 
 @register_fx_node_fix("onnx")
-@register_fx_node_fix("executorch")
 def _fix_repeat_interleave_of_known_length_as_comparison_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """The comparison count below, for a ``repeat_interleave`` given its ``output_size``."""
+    """The comparison count below, for a ``repeat_interleave`` given its ``output_size`` (torchlib translates the
+    op without one)."""
     return _repeat_interleave_as_comparison_count(gm, node, derive_length=False)
 
 
 @register_fx_node_fix("executorch")
-def _fix_repeat_interleave_without_output_size_as_comparison_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """The comparison count below without ``output_size``: ExecuTorch only (torchlib translates that form)."""
+def _fix_repeat_interleave_as_comparison_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """The comparison count below, with or without ``output_size``."""
     return _repeat_interleave_as_comparison_count(gm, node, derive_length=True)
 
 

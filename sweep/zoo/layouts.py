@@ -104,7 +104,7 @@ def _packed_image_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, 
             out.append({"pixel_values": x.view(-1, channels, patch, patch)})  # one image per patch (Kimi-K2.5)
             if x.shape[0] % ctx.batch == 0:  # patches grouped per image (PaddleOCR-VL): (B, N, C, P, P)
                 out.append({"pixel_values": x.view(ctx.batch, -1, channels, patch, patch)})
-            merge = ctx.find("spatial_merge_size", default=2)
+            merge = ctx.find("spatial_merge_size", "merge_size", default=1)
             if isinstance(merge, int) and merge > 1 and x.shape[0] % (merge * merge) == 0:
                 # one channels-last tile per merged token (Inkling2): (N / m^2, m * P, m * P, C), each tile the
                 # m x m patches it merges, and the grid counted in merged tokens

@@ -213,9 +213,13 @@ def _clamp_tower_layer_indices(root: Node) -> None:
 PLACEHOLDER_FIELDS = ("image_token_index", "image_token_id", "video_token_index", "audio_token_id")
 
 
+def _vocab_sizes(root: Node) -> list[int]:
+    return [n.args["vocab_size"] for n in root.walk() if is_int(n.args.get("vocab_size"))]
+
+
 def _fill_unset_placeholder_ids(root: Node, profile: Profile, token_map: dict[int, int]) -> None:
     """A multimodal config whose image placeholder id defaults to None (BLIP-2) gets a reserved id."""
-    vocabs = [n.args["vocab_size"] for n in root.walk() if is_int(n.args.get("vocab_size"))]
+    vocabs = _vocab_sizes(root)
     if not vocabs or not root.children:
         return
     for i, key in enumerate(PLACEHOLDER_FIELDS):
@@ -241,7 +245,7 @@ def _fill_image_vocabulary_maps(root: Node) -> None:
     if name is None or root.args.get("vocabulary_map") is not None:
         return
     vq = next((c for c in root.children.values() if "VQ" in c.cls.__name__), None)
-    vocabs = [n.args["vocab_size"] for n in root.walk() if is_int(n.args.get("vocab_size"))]
+    vocabs = _vocab_sizes(root)
     if vq is None or not vocabs:
         return
     codes_key = next((k for k in ("num_embeddings", "codebook_size") if is_int(vq.args.get(k))), None)
@@ -250,13 +254,14 @@ def _fill_image_vocabulary_maps(root: Node) -> None:
     vq.args[codes_key] = codes = min(vq.args[codes_key], IMAGE_CODES)
     top = min(vocabs) - 1
     image = root.args.get("image_token_id")
-    image = top if not is_int(image) else image
-    first = top - 2 - codes  # below <image> and the end-of-line token
+    if not is_int(image):
+        image = top
+        if "image_token_id" in root.fields:
+            root.args["image_token_id"] = image
+    first = min(image, top - 1) - 1 - codes  # below <image> and the end-of-line token
     mapping = {"<image>": image, "<|extra_200|>": top - 1}
     mapping.update({name(i): first + i for i in range(codes)})
     root.args["vocabulary_map"] = mapping
-    if "image_token_id" in root.fields:
-        root.args["image_token_id"] = image
 
 
 def _follow_channel_maps(root: Node) -> None:
