@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from sweep.zoo import catalog, inputs, lessons, noise, overrides, repairs
+from sweep.zoo import catalog, inputs, lessons, noise, overrides, repairs, ties
 from sweep.zoo.context import Hints, forward_parameters
 from sweep.zoo.errors import CONFIG_ERROR, FORWARD_ERROR, INIT_ERROR, STAGE_ORDER, ZooError, as_missing_dependency
 from sweep.zoo.profiles import BUDGET_PROFILES, PROFILES, Profile
@@ -174,6 +174,33 @@ def _with_rope_positions(model: torch.nn.Module, case_inputs: dict[str, Any]) ->
 
 
 def _build_and_run(cls: type, profile: Profile, rules: dict, seed: int, name: str):
+    """Build and run once (:func:`_built_and_run`), then rebuilt wider where its top-k selections tie."""
+    model, case_inputs = _built_and_run(cls, profile, rules, seed, name)
+    return _without_tied_selections(cls, model, case_inputs, seed), case_inputs
+
+
+def _without_tied_selections(cls: type, model: torch.nn.Module, case_inputs: dict[str, Any], seed: int):
+    """``model``, or where one of its eager top-k selections ties (:mod:`sweep.zoo.ties`) the same config built
+    with a wider initialisation, kept only if that runs these inputs and selects among distinct scores."""
+    if not ties.tied_selections(model, case_inputs):
+        return model
+    config = copy.deepcopy(model.config)
+    ties.widened(config)
+    try:
+        torch.manual_seed(seed)
+        rebuilt = cls(config).eval()
+        ties.redraw_constant_matrices(rebuilt, getattr(config, "initializer_range", None) or 0.02 * ties.WIDENING,
+                                      seed)
+        if ties.tied_selections(rebuilt, case_inputs):
+            return model
+    except Exception as exc:  # noqa: BLE001 - the wider model does not run these inputs: keep the one that does
+        logger.info("%s: rebuilt without tied selections, it fails: %s: %s", cls.__name__, type(exc).__name__, exc)
+        return model
+    logger.info("%s: its top-k selections tie; rebuilt with initializer_range x%g", cls.__name__, ties.WIDENING)
+    return rebuilt
+
+
+def _built_and_run(cls: type, profile: Profile, rules: dict, seed: int, name: str):
     """Build and run once; a forward error naming a default the modeling code assumes rebuilds once with it."""
     model = _build(cls, profile, rules, seed, name)
     try:
