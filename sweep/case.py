@@ -96,13 +96,17 @@ def _config(spec: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def generation_config(spec: dict[str, Any]) -> dict[str, Any]:
+def generation_config(spec: dict[str, Any], length: int | None = None) -> dict[str, Any]:
     """The export config of a generation case: the export cases' backend settings (the ONNX optimiser switch of
-    ``onnx_disable_optimize.yaml``), always with dynamic shapes. Not the export cases' ExecuTorch ``max_seq_len``:
-    the cache grows past the prompt (a multimodal prompt is already longer than it), so the engine bounds the
-    sequence from the model's config and the planned-memory budget."""
+    ``onnx_disable_optimize.yaml``), always with dynamic shapes. On ExecuTorch, ``max_seq_len`` is the ``length``
+    the generation reaches (prompt plus new tokens: eager generate()'s output), as an ExecuTorch LLM export states
+    its context length, not the export cases' bound: the cache grows past the prompt, and without it the memory
+    budget may lower the cache's bound below what the generation needs (Aria's 131-token image prompt got 138
+    where the last step needs 139)."""
     config = {**_config(spec), "dynamic": True}
     config.pop("max_seq_len", None)
+    if spec["backend"] == "executorch" and length is not None:
+        config["max_seq_len"] = max(int(length), 2)
     return config
 
 
@@ -149,7 +153,7 @@ def _run_generation(spec: dict[str, Any], case: Any, enter: Callable[[str], None
     with torch.no_grad():
         expected = case.model.generate(**copy.deepcopy(inputs), do_sample=False, num_beams=1, max_new_tokens=GENERATE_TOKENS)
     enter("export")
-    config = AutoExportConfig.from_dict(generation_config(spec))
+    config = AutoExportConfig.from_dict(generation_config(spec, length=expected.shape[-1]))
     components = AutoExporter.from_config(config).export_for_generation(case.model, inputs, config=config)
     result["components"] = sorted(components)
     enter("run")
