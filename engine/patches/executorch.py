@@ -17,7 +17,9 @@ import types
 import numpy as np
 import torch
 from torch.fx.experimental.symbolic_shapes import free_symbols
+from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
+from torch.utils._sympy.value_ranges import bound_sympy
 
 from engine.patches.registry import register_fx_node_fix, register_patch
 
@@ -268,6 +270,12 @@ def _patch_loose_upper_bound_of_floordiv_ratios(original):
     then fails to load. Evaluate such expressions exactly at every point of their symbols' ranges when those
     are small (at most 65536 points; else the interval bound stands); the result is never above the interval
     bound and is exact.
+
+    Where interval arithmetic finds no bound at all (a divisor whose range reaches 0), ``eval_upper_bound``
+    returns the traced hint, which later inputs exceed: SEW-D's attention view ``(s * ((4*s) // ((4*s*L**2) //
+    (L*(4*L + 4))))), L, L)`` (a ``view(-1, ...)`` torch inferred) was planned for the traced batch of 2, and a
+    batch of 3 failed ``et_view`` at run time ("Attempted to resize a bounded tensor with a maximum capacity of
+    1152 elements to 1728 elements"). There the exact maximum, where it can be evaluated, replaces the hint.
     Upstream: TODO: upstream issue not found (executorch/exir/sym_util.py, eval_upper_bound).
     """
 
@@ -277,7 +285,11 @@ def _patch_loose_upper_bound_of_floordiv_ratios(original):
             return bound
         node = maybe_symint.node
         exact = _exact_max(node.expr, node.shape_env.var_to_range)
-        return bound if exact is None else min(bound, exact)
+        if exact is None:
+            return bound
+        if bound_sympy(node.expr, node.shape_env.var_to_range).upper is int_oo:  # ``bound`` is the traced hint
+            return exact
+        return min(bound, exact)
 
     return eval_upper_bound
 

@@ -297,3 +297,31 @@ def test_a_cat_of_empty_tensors_with_symbolic_sizes():
         assert [tuple(t.shape) for t in got.values()] == [tuple(t.shape) for t in expected.values()]
         comparison = compare_leaves(expected, got, atol=0, rtol=0)
         assert comparison.ok, str(comparison)
+
+
+def test_a_size_without_an_interval_bound_is_planned_at_its_exact_maximum_not_the_traced_hint():
+    """SEW-D's attention view ``s * ((4*s) // ((4*s*L**2) // (L*(4*L + 4))))`` (a ``view(-1, ...)`` torch inferred):
+    interval arithmetic finds no bound (the inner divisor's range reaches 0) and ExecuTorch plans the traced
+    size, which a batch of 3 exceeds at run time (``et_view``: capacity 1152 elements, 1728 needed)."""
+    import executorch.exir.sym_util as sym_util
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    import engine.patches.executorch  # noqa: F401 - registers the patch
+    from engine.patches import apply_patches
+
+    env = ShapeEnv()
+
+    def symbol(name, hint, lower, upper):
+        expr = env.create_symbol(hint, ConstantSource(name))
+        env.var_to_range[expr] = ValueRanges(lower, upper)
+        return env.create_symintnode(expr, hint=hint)
+
+    s, length = symbol("s", 2, 2, 8), symbol("L", 12, 2, 12)
+    size = s * ((4 * s) // ((4 * s * length * length) // (length * (4 * length + 4))))
+    exact = max(b * ((4 * b) // ((4 * b * n * n) // (n * (4 * n + 4))))
+                for b in range(2, 9) for n in range(2, 13) if (4 * b * n * n) // (n * (4 * n + 4)))
+    assert sym_util.eval_upper_bound(size) == 16  # unpatched: the traced hint
+    with apply_patches("executorch"):
+        assert sym_util.eval_upper_bound(size) == exact == 49
