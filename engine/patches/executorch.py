@@ -296,6 +296,42 @@ def _patch_loose_upper_bound_of_floordiv_ratios(original):
 
 @register_patch(
     "executorch",
+    "executorch.exir.passes.sym_shape_eval_pass.ConstraintBasedSymShapeEvalPass.call",
+    requires=EXECUTORCH_RANGE,
+)
+def _patch_view_planned_at_its_base_capacity(original):
+    """Pattern: a view of a dynamic tensor whose dims are other functions of the same symbols than its base's
+    (Mllama's tiled vision attention ``[32, 17, 16]`` viewed as ``[8, 272, 2, 8]``, Qwen2.5-VL's window views
+    ``(s // 4, s // (s // 4), 8)``).
+
+    ExecuTorch plans a view (``et_view``) inside its base's memory, and bounds each dim on its own: the
+    per-dim maxima are reached at different sizes, so the view's planned capacity differs from its base's, above
+    it (34,816 elements in an 8,704-element base: the program fails to load, 0x21 from the hierarchical
+    allocator) or below it (the run fails to resize the view). A view always holds its base's elements, so its
+    capacity is its base's: where the two differ, the view's upper-bound shape becomes ``[base elements, 1,
+    ...]`` (``et_view`` sets the real sizes at run time, checking only the element count against the capacity).
+    Upstream: TODO: upstream issue not found (executorch/exir/passes/replace_view_copy_with_view_pass.py
+    ``_ViewSpec``, concretized per dim by ``ConstraintBasedSymShapeEvalPass``).
+    """
+    from executorch.exir.passes.replace_view_copy_with_view_pass import _ViewSpec
+
+    def call(self, graph_module):
+        result = original(self, graph_module)
+        for module in graph_module.modules():
+            if not isinstance(module, torch.fx.GraphModule):
+                continue
+            for node in module.graph.nodes:
+                spec = node.meta.get("spec")
+                if isinstance(spec, _ViewSpec) and spec.shape and math.prod(spec.shape) != math.prod(spec._base.shape):
+                    spec.shape = [math.prod(spec._base.shape)] + [1] * (len(spec.shape) - 1)
+                    spec.stride = [1] * len(spec.shape)
+        return result
+
+    return call
+
+
+@register_patch(
+    "executorch",
     "executorch.exir.verification.arg_validator.EdgeOpArgValidator.call_function",
     requires=EXECUTORCH_RANGE,
 )

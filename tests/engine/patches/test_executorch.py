@@ -325,3 +325,29 @@ def test_a_size_without_an_interval_bound_is_planned_at_its_exact_maximum_not_th
     assert sym_util.eval_upper_bound(size) == 16  # unpatched: the traced hint
     with apply_patches("executorch"):
         assert sym_util.eval_upper_bound(size) == exact == 49
+
+
+class _WindowView(torch.nn.Module):
+    """Qwen2.5-VL's window view of a packed sequence: ``(s // 4, s // (s // 4), 8)``, outside any delegate."""
+
+    def forward(self, x):
+        windows = x.cumsum(0).reshape(x.shape[0] // 4, -1, 8)
+        return windows.cumsum(1)
+
+
+def test_a_view_is_planned_at_its_base_capacity():
+    # per dim, (s // 4, s // (s // 4), 8) bounds at [16, 7, 8]: 896 elements planned inside a 512-element base
+    import engine.patches.executorch  # noqa: F401 - registers the patch
+    from engine.patches import patch_disabled
+
+    model, inputs = _WindowView().eval(), {"x": torch.randn(32, 8)}
+    config = {"dynamic": True, "max_seq_len": 64}
+    with patch_disabled("executorch", "_patch_view_planned_at_its_base_capacity"):
+        unpatched = ExecutorchExporter().export(model, inputs, config=config)
+        with pytest.raises(Exception, match="0x:21|MemoryAllocationFailed"):
+            run_exported(unpatched, inputs)
+    manager = ExecutorchExporter().export(model, inputs, config=config)
+    for rows in (32, 64, 8, 12):
+        sample = {"x": torch.randn(rows, 8)}
+        comparison = compare_leaves(eager_leaves(model, sample), run_exported(manager, sample), atol=ATOL, rtol=RTOL)
+        assert comparison.ok, str(comparison)
