@@ -22,7 +22,7 @@ from torch.utils._sympy.value_ranges import ValueRanges
 
 from engine.errors import PlannedMemoryError
 from engine.fake_mode import program_shape_env
-from engine.input_checks import user_input_placeholders
+from engine.input_checks import placeholder_leaf_names, user_input_placeholders
 from engine.shapes import config_values
 
 #: config keys that bound a sequence length (looked up in the config and every sub-config)
@@ -117,13 +117,17 @@ class DimLimits:
         return role == "length" and self.max_seq_len is not None
 
 
-def _dim_role(val: torch.Tensor, dim: int) -> str:
+def _dim_role(val: torch.Tensor, dim: int, leaf: str = "") -> str:
     """Dim 0 is the batch; the last two dims of a floating input of 4 or more dims are image dims (the height and
     width of images, ``[B, C, H, W]``, and of video frames, ``[B, T, C, H, W]`` or ``[B, C, T, H, W]``); the rest
     are lengths. (A video's spatial dims read as lengths had no config limit, and three dims capped at 256 each
-    planned GBs.)"""
+    planned GBs.) A cache layer's keys/values (``cache.0.keys``, ``[B, heads, length, head_dim]``, as
+    :mod:`engine.shapes` marks them) grow along dim 2, a length: read as an image dim, ``max_seq_len`` did not
+    bound it and the memory budget lowered Aria's decode cache below the generation's length."""
     if dim == 0:
         return "batch"
+    if val.ndim == 4 and dim == 2 and leaf.rsplit(".", 1)[-1] in ("keys", "values"):
+        return "length"
     if val.ndim >= 4 and val.is_floating_point() and dim >= val.ndim - 2:
         return "image"
     return "length"
@@ -313,6 +317,7 @@ def _input_dim_caps(program: torch.export.ExportedProgram, limits: DimLimits, up
     caps: dict[Any, tuple[int, str, str]] = {}
     floors: dict[Any, int] = {}
     derived: set[Any] = set()
+    leaves = placeholder_leaf_names(program)
     for node in user_input_placeholders(program):
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
@@ -320,7 +325,7 @@ def _input_dim_caps(program: torch.export.ExportedProgram, limits: DimLimits, up
         for d, size in enumerate(val.shape):
             if not isinstance(size, torch.SymInt) or not size.node.expr.is_symbol:
                 continue
-            expr, role = size.node.expr, _dim_role(val, d)
+            expr, role = size.node.expr, _dim_role(val, d, leaves.get(node.name, ""))
             bound = upper(expr)
             finite = getattr(bound, "is_Integer", False)
             narrowed = role == "length" and limits.max_seq_len is not None and finite

@@ -263,6 +263,21 @@ def user_input_placeholders(program: torch.export.ExportedProgram) -> list[torch
     return [nodes[s.arg.name] for s in user_input_specs(program) if isinstance(s.arg, TensorArgument)]
 
 
+def placeholder_leaf_names(program: torch.export.ExportedProgram) -> dict[str, str]:
+    """``{placeholder name: get_leaf_tensors name}`` of the tensor user inputs (``"cache.0.keys"``...); empty when
+    the inputs cannot be named so."""
+    from torch.export.graph_signature import TensorArgument
+
+    try:
+        names = program_input_names(program)
+    except Exception:  # noqa: BLE001 - an input structure the names cannot be read from
+        return {}
+    specs = user_input_specs(program)
+    if len(specs) != len(names):
+        return {}
+    return {s.arg.name: name for name, s in zip(names, specs) if isinstance(s.arg, TensorArgument)}
+
+
 def named_user_inputs(program: torch.export.ExportedProgram) -> list[tuple[str, Any]] | None:
     """``(get_leaf_tensors name, recorded value)`` per user input of ``program``, the value None for a constant
     leaf; None when the inputs cannot be named so."""

@@ -95,6 +95,32 @@ def test_max_seq_len_lowers_a_bound_the_guards_derived():
         run_exported(manager, tiny.make_inputs(2, 17, 0))
 
 
+class _AttendToCache(torch.nn.Module):
+    """A decode step's shape: queries ``[B, q, 4]`` against a cache layer's keys/values ``[B, heads, length, 4]``."""
+
+    def forward(self, x, cache):
+        keys, values = cache[0]["keys"], cache[0]["values"]
+        scores = torch.softmax(x.unsqueeze(1) @ keys.transpose(-1, -2), dim=-1)
+        return {"y": (scores @ values).sum(1)}
+
+
+def test_a_cache_layers_length_is_bounded_by_max_seq_len_not_as_an_image_dim():
+    # [B, heads, length, head_dim] floats read as an image's [B, C, H, W]: max_seq_len did not bound the length,
+    # and the memory budget lowered Aria's decode cache below the generation's last step (138 < 139)
+    model = _AttendToCache().eval()
+    model.config = PretrainedConfig(max_position_embeddings=4096, image_size=8)
+    layer = {"keys": torch.randn(2, 2, 5, 4), "values": torch.randn(2, 2, 5, 4)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnboundedDimWarning)
+        manager = ExecutorchExporter().export(model, {"x": torch.randn(2, 3, 4), "cache": [layer]},
+                                              config=ExecutorchConfig(dynamic=True, max_seq_len=40))
+    bounds = {s["name"]: s["bounds"] for s in pte_meta(manager)["inputs"]}
+    assert bounds["cache.0.keys"][2] == bounds["cache.0.values"][2] == [0, 40]  # was the image_size, 8
+    longer = {"x": torch.randn(2, 3, 4), "cache": [{"keys": torch.randn(2, 2, 40, 4), "values": torch.randn(2, 2, 40, 4)}]}
+    comparison = compare_leaves(eager_leaves(model, longer), run_exported(manager, longer), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+
+
 class _Scores(torch.nn.Module):
     """``h @ h^T``: a ``[batch, seq, seq]`` intermediate, quadratic in the length, like attention scores."""
 
