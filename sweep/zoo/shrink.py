@@ -8,14 +8,17 @@ tree (token ids, image geometry shared by sub-configs, widths one config sums fr
 
 from __future__ import annotations
 
+import logging
 import math
 
-from sweep.zoo import lessons
+from sweep.zoo import lessons, timm_towers
 from sweep.zoo.config_tree import Node, build_config, raw_tree
 from sweep.zoo.fields import (CHANNEL_LISTS, LAYER_COUNTS, LAYER_INDEX_FIELDS, PRIMARY_WIDTHS, int_list, is_int,
                               is_token_field, is_vocab, is_width_name, primary_width, tree_widths)
 from sweep.zoo.profiles import PROFILES, Profile
 from sweep.zoo.shrink_rules import shrink_node
+
+logger = logging.getLogger(__name__)
 
 MAX_REPAIRS = 6  # config validation errors repaired (lessons.repair_config) before one is the config_error
 
@@ -43,6 +46,9 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
         forward error, :func:`sweep.zoo.lessons.implicit_default_from_error`), applied after the generic
         rescaling, with vocabularies raised and projection widths matched as they ask.
     11. **Overrides**: the per-model overrides of ``sweep/zoo/data/overrides.yaml``.
+    11b. **timm towers** a config names (``TimmWrapperConfig``) shrink through their ``model_args``
+        (:mod:`sweep.zoo.timm_towers`), after the overrides (which may name the architecture); the config's
+        ``hidden_size`` becomes the tower's width and lists of its feature channels follow the new ones.
     12. **Build**: sub-configs first, through the config classes' own validation; an equality, layer-index or
         required-value message repairs the tree and builds again (:func:`sweep.zoo.lessons.repair_config`).
     """
@@ -64,6 +70,7 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
     _apply_implicit_defaults(root, implicit_defaults or {})
     if overrides:
         root.apply(overrides)
+    _shrink_timm_towers(root, profile)
     return build_with_repairs(root)
 
 
@@ -281,6 +288,26 @@ def _follow_channel_maps(root: Node) -> None:
                     continue
                 if any(w in key.lower() for w in ("channel", "hidden", "dim", "size")):
                     node.args[key] = type(value)(mapping[v] for v in value)
+
+
+def _shrink_timm_towers(root: Node, profile: Profile) -> None:
+    for node in root.walk():
+        architecture = node.args.get("architecture")
+        if node.cls.__name__ != "TimmWrapperConfig" or not isinstance(architecture, str):
+            continue
+        given = dict(node.args.get("model_args") or {})
+        try:
+            args = timm_towers.shrunk_model_args(architecture, profile, given)
+            old, new = timm_towers.feature_channels(architecture, given), timm_towers.feature_channels(architecture, args)
+        except Exception as exc:  # noqa: BLE001 - timm missing or an architecture its builder does not take so: as it is
+            logger.info("timm tower %s not shrunk: %s: %s", architecture, type(exc).__name__, exc)
+            continue
+        node.args["model_args"] = args
+        if "hidden_size" in node.args and not args.get("features_only"):
+            node.args["hidden_size"] = new[-1]
+        if len(old) == len(new):
+            node.channel_map = dict(zip(old, new))
+    _follow_channel_maps(root)
 
 
 def _apply_implicit_defaults(root: Node, implicit_defaults: dict) -> None:

@@ -1,0 +1,47 @@
+"""A timm tower a config names is shrunk through its ``model_args``, and the configs around it follow its widths."""
+
+from __future__ import annotations
+
+import pytest
+
+from sweep.zoo import build, timm_towers
+from sweep.zoo.profiles import PROFILES
+
+pytest.importorskip("timm", reason="timm is not installed")
+
+TINY = PROFILES[0]
+
+
+def test_a_vit_tower_takes_the_profiles_width_depth_heads_and_image():
+    published = timm_towers.builder_kwargs("vit_pe_core_large_patch14_336")
+    assert (published["embed_dim"], published["depth"], published["patch_size"]) == (1024, 24, 14)
+    args = timm_towers.shrunk_model_args("vit_pe_core_large_patch14_336", TINY)
+    assert (args["embed_dim"], args["depth"], args["num_heads"]) == (TINY.width, 1, 2)
+    assert args["img_size"] == TINY.conv_image_size and args["img_size"] // args["patch_size"] == TINY.image_grid
+    assert timm_towers.feature_channels("vit_pe_core_large_patch14_336", args) == [TINY.width]
+
+
+def test_class_defaults_are_shrunk_too_and_the_callers_own_arguments_kept():
+    # resnet50's stage channels are ResNet.__init__ defaults, not arguments of the resnet50 entry point
+    given = {"features_only": True, "out_indices": [1, 2, 3, 4]}
+    args = timm_towers.shrunk_model_args("resnet50", TINY, given)
+    assert args["layers"] == (1, 1, 1, 1) and args["channels"] == (TINY.width,) * 4
+    assert {k: args[k] for k in given} == given
+    old, new = timm_towers.feature_channels("resnet50", given), timm_towers.feature_channels("resnet50", args)
+    assert old == [256, 512, 1024, 2048] and len(new) == 4 and max(new) < min(old)
+
+
+def test_fastvlm_builds_with_its_projector_on_the_towers_width():
+    # the tower was built at fastvit_mci3's published width: "mat1 and mat2 shapes cannot be multiplied (2x3072 and 32x32)"
+    case = build.build_case("FastVlmModel")
+    tower = case.model.vision_tower
+    assert case.model.config.vision_config.hidden_size == tower.timm_model.num_features < 3072
+    assert case.num_parameters < build.PARAMETER_BUDGET
+
+
+def test_a_parents_list_of_the_towers_channels_follows_them():
+    # EdgeTAM's neck lists repvit_m1's feature channels, deepest first ([384, 192, 96, 48] published)
+    case = build.build_case("EdgeTamVisionModel")
+    config = case.model.config
+    channels = timm_towers.feature_channels("repvit_m1", dict(config.backbone_config.model_args))
+    assert list(config.backbone_channel_list) == channels[::-1]
