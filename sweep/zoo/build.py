@@ -181,23 +181,25 @@ def _build_and_run(cls: type, profile: Profile, rules: dict, seed: int, name: st
 
 def _without_tied_selections(cls: type, model: torch.nn.Module, case_inputs: dict[str, Any], seed: int):
     """``model``, or where one of its eager top-k selections ties (:mod:`sweep.zoo.ties`) the same config built
-    with a wider initialisation, kept only if that runs these inputs and selects among distinct scores."""
+    with the least wider initialisation (:data:`sweep.zoo.ties.WIDENINGS`) that runs these inputs and selects among
+    distinct scores; ``model`` if none does."""
     if not ties.tied_selections(model, case_inputs):
         return model
-    config = copy.deepcopy(model.config)
-    ties.widened(config)
-    try:
-        torch.manual_seed(seed)
-        rebuilt = cls(config).eval()
-        ties.redraw_constant_matrices(rebuilt, getattr(config, "initializer_range", None) or 0.02 * ties.WIDENING,
-                                      seed)
-        if ties.tied_selections(rebuilt, case_inputs):
+    for factor in ties.WIDENINGS:
+        config = copy.deepcopy(model.config)
+        ties.widened(config, factor)
+        try:
+            torch.manual_seed(seed)
+            rebuilt = cls(config).eval()
+            ties.redraw_constant_matrices(rebuilt, getattr(config, "initializer_range", None) or 0.02 * factor, seed)
+            if ties.tied_selections(rebuilt, case_inputs):
+                continue
+        except Exception as exc:  # noqa: BLE001 - the wider model does not run these inputs: keep the one that does
+            logger.info("%s: rebuilt without tied selections, it fails: %s: %s", cls.__name__, type(exc).__name__, exc)
             return model
-    except Exception as exc:  # noqa: BLE001 - the wider model does not run these inputs: keep the one that does
-        logger.info("%s: rebuilt without tied selections, it fails: %s: %s", cls.__name__, type(exc).__name__, exc)
-        return model
-    logger.info("%s: its top-k selections tie; rebuilt with initializer_range x%g", cls.__name__, ties.WIDENING)
-    return rebuilt
+        logger.info("%s: its top-k selections tie; rebuilt with initializer_range x%g", cls.__name__, factor)
+        return rebuilt
+    return model
 
 
 def _built_and_run(cls: type, profile: Profile, rules: dict, seed: int, name: str):
