@@ -217,6 +217,31 @@ def _patch_conv1d_with_several_dynamic_dims(original):
 # Internals that fail on legitimate dynamic-shape patterns, swapped while lowering.
 
 
+@register_patch("executorch", "torch._subclasses.fake_tensor.op_implementations_checks", requires=EXECUTORCH_RANGE)
+def _patch_slice_copy_with_data_dependent_bounds(original):
+    """Pattern: a slice whose bounds are read from data, ``hidden[0, start : start + n] = features`` with
+    ``start, n`` from ``.tolist()`` (MiniCPM-V 4.6 / MiniCPM-o placing each image's features in the text sequence).
+
+    torch.export traces ``aten.slice`` through fake tensors' data-dependent-safe rule (a fresh size where the
+    bounds' order is unknown), but ExecuTorch's lowering re-traces the functional ``aten.slice_copy``, whose meta
+    decomposition calls torch._decomp's ``slice_forward``, which compares the bounds with plain ``if``s:
+    "Could not guard on data-dependent expression u26 > 16". Give ``slice_copy`` the same fake rule as ``slice``
+    (then a contiguous copy, as ``slice_copy`` returns), for the lowering only.
+    Upstream: the fake rule for ``slice`` is https://github.com/pytorch/pytorch/pull/157944; none found for
+    ``slice_copy`` (TODO).
+    """
+    from torch._subclasses import fake_impls
+
+    def is_slice_copy(func) -> bool:
+        return func is torch.ops.aten.slice_copy.Tensor
+
+    def slice_copy(fake_mode, func, source, *args, **kwargs):
+        view = fake_impls.slice_forward(fake_mode, torch.ops.aten.slice.Tensor, source, *args, **kwargs)
+        return view.clone(memory_format=torch.contiguous_format)
+
+    return [(is_slice_copy, slice_copy), *original]
+
+
 #: most points a size expression is evaluated at to find its exact maximum (else interval arithmetic)
 _MAX_GRID = 1 << 16
 

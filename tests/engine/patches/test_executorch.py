@@ -351,3 +351,31 @@ def test_a_view_is_planned_at_its_base_capacity():
         sample = {"x": torch.randn(rows, 8)}
         comparison = compare_leaves(eager_leaves(model, sample), run_exported(manager, sample), atol=ATOL, rtol=RTOL)
         assert comparison.ok, str(comparison)
+
+
+class _FeaturesPlacedAtDataBounds(torch.nn.Module):
+    """MiniCPM-V's pattern: a span of the sequence, its start and length read from data, rewritten in place."""
+
+    def forward(self, x, bounds):
+        start, length = bounds.tolist()
+        y = x.clone()
+        y[0, start:start + length, :] = y[0, start:start + length, :] * 2
+        return y
+
+
+def test_a_slice_with_data_dependent_bounds_lowers_and_clamps_as_in_eager():
+    # the lowering re-traced slice_copy through torch._decomp's slice_forward: "Could not guard on ... u26 > 16"
+    import engine.patches.executorch  # noqa: F401 - registers the patch
+    from engine.errors import ExportStageError
+    from engine.patches import patch_disabled
+
+    model, x = _FeaturesPlacedAtDataBounds().eval(), torch.randn(2, 16, 4)
+    inputs = {"x": x, "bounds": torch.tensor([3, 5])}
+    with patch_disabled("executorch", "_patch_slice_copy_with_data_dependent_bounds"):
+        with pytest.raises(ExportStageError, match="data-dependent"):
+            ExecutorchExporter().export(model, inputs, config={"dynamic": True})
+    manager = ExecutorchExporter().export(model, inputs, config={"dynamic": True})
+    for bounds in ([3, 5], [0, 16], [12, 8], [16, 3]):  # past the end: eager's slice clamps, and so does the program
+        sample = {"x": x, "bounds": torch.tensor(bounds)}
+        comparison = compare_leaves(eager_leaves(model, sample), run_exported(manager, sample), atol=ATOL, rtol=RTOL)
+        assert comparison.ok, str(comparison)
