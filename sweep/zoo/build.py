@@ -181,8 +181,8 @@ def _build_and_run(cls: type, profile: Profile, rules: dict, seed: int, name: st
 
 def _without_tied_selections(cls: type, model: torch.nn.Module, case_inputs: dict[str, Any], seed: int):
     """``model``, or where one of its eager top-k selections ties (:mod:`sweep.zoo.ties`) the same config built
-    with the least wider initialisation (:data:`sweep.zoo.ties.WIDENINGS`) that runs these inputs and selects among
-    distinct scores; ``model`` if none does."""
+    with the least wider initialisation (:data:`sweep.zoo.ties.WIDENINGS`) that runs these inputs, selects among
+    distinct scores and stays well conditioned; ``model`` if none does."""
     if not ties.tied_selections(model, case_inputs):
         return model
     for factor in ties.WIDENINGS:
@@ -192,7 +192,7 @@ def _without_tied_selections(cls: type, model: torch.nn.Module, case_inputs: dic
             torch.manual_seed(seed)
             rebuilt = cls(config).eval()
             ties.redraw_constant_matrices(rebuilt, getattr(config, "initializer_range", None) or 0.02 * factor, seed)
-            if ties.tied_selections(rebuilt, case_inputs):
+            if ties.tied_selections(rebuilt, case_inputs) or not ties.well_conditioned(rebuilt, case_inputs):
                 continue
         except Exception as exc:  # noqa: BLE001 - the wider model does not run these inputs: keep the one that does
             logger.info("%s: rebuilt without tied selections, it fails: %s: %s", cls.__name__, type(exc).__name__, exc)

@@ -271,12 +271,13 @@ def _fill_image_vocabulary_maps(root: Node) -> None:
     root.args["vocabulary_map"] = mapping
 
 
-def _follow_channel_maps(root: Node) -> None:
-    """Channel lists naming a sub-config's channels (all values known to its map) take the mapped values."""
+def _follow_channel_maps(root: Node, only: list[Node] | None = None) -> None:
+    """Channel lists naming a sub-config's channels (all values known to its map) take the mapped values; with
+    ``only``, the maps of those sub-configs alone (a list already mapped must not be mapped twice)."""
     for node in root.walk():
         for child in node.children.values():
             mapping = getattr(child, "channel_map", None) or {}
-            if not mapping:
+            if not mapping or (only is not None and not any(child is o for o in only)):
                 continue
             for key, value in list(node.args.items()):
                 if is_int(value) and value in mapping and "feat" in key and any(
@@ -291,6 +292,7 @@ def _follow_channel_maps(root: Node) -> None:
 
 
 def _shrink_timm_towers(root: Node, profile: Profile) -> None:
+    shrunk: list[Node] = []
     for node in root.walk():
         architecture = node.args.get("architecture")
         if node.cls.__name__ != "TimmWrapperConfig" or not isinstance(architecture, str):
@@ -307,7 +309,8 @@ def _shrink_timm_towers(root: Node, profile: Profile) -> None:
             node.args["hidden_size"] = new[-1]
         if len(old) == len(new):
             node.channel_map = dict(zip(old, new))
-    _follow_channel_maps(root)
+            shrunk.append(node)
+    _follow_channel_maps(root, only=shrunk)
 
 
 def _apply_implicit_defaults(root: Node, implicit_defaults: dict) -> None:

@@ -45,3 +45,14 @@ def test_a_parents_list_of_the_towers_channels_follows_them():
     config = case.model.config
     channels = timm_towers.feature_channels("repvit_m1", dict(config.backbone_config.model_args))
     assert list(config.backbone_channel_list) == channels[::-1]
+
+
+def test_the_timm_step_leaves_a_config_without_a_timm_tower_as_it_was(monkeypatch):
+    # it once followed every channel map a second time: PP-DocLayoutV4's encoder_in_channels, already mapped to its
+    # backbone's stages, were mapped again (a smaller, other model)
+    from sweep.zoo import shrink
+
+    config_class = build.model_class("PPDocLayoutV4Model").config_class
+    with_step = shrink.shrink_config(config_class, TINY).to_dict()
+    monkeypatch.setattr(shrink, "_shrink_timm_towers", lambda root, profile: None)
+    assert shrink.shrink_config(config_class, TINY).to_dict() == with_step
