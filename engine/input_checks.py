@@ -263,19 +263,22 @@ def user_input_placeholders(program: torch.export.ExportedProgram) -> list[torch
     return [nodes[s.arg.name] for s in user_input_specs(program) if isinstance(s.arg, TensorArgument)]
 
 
+def _named_specs(program: torch.export.ExportedProgram) -> list[tuple[str, Any]] | None:
+    """``(get_leaf_tensors name, input spec)`` per user input of ``program``; None when they cannot be named so."""
+    try:
+        names = program_input_names(program)
+    except Exception:  # noqa: BLE001 - an input structure the names cannot be read from
+        return None
+    specs = user_input_specs(program)
+    return list(zip(names, specs)) if len(specs) == len(names) else None
+
+
 def placeholder_leaf_names(program: torch.export.ExportedProgram) -> dict[str, str]:
     """``{placeholder name: get_leaf_tensors name}`` of the tensor user inputs (``"cache.0.keys"``...); empty when
     the inputs cannot be named so."""
     from torch.export.graph_signature import TensorArgument
 
-    try:
-        names = program_input_names(program)
-    except Exception:  # noqa: BLE001 - an input structure the names cannot be read from
-        return {}
-    specs = user_input_specs(program)
-    if len(specs) != len(names):
-        return {}
-    return {s.arg.name: name for name, s in zip(names, specs) if isinstance(s.arg, TensorArgument)}
+    return {s.arg.name: name for name, s in _named_specs(program) or () if isinstance(s.arg, TensorArgument)}
 
 
 def named_user_inputs(program: torch.export.ExportedProgram) -> list[tuple[str, Any]] | None:
@@ -283,16 +286,12 @@ def named_user_inputs(program: torch.export.ExportedProgram) -> list[tuple[str, 
     leaf; None when the inputs cannot be named so."""
     from torch.export.graph_signature import TensorArgument
 
-    try:
-        names = program_input_names(program)
-    except Exception:  # noqa: BLE001 - an input structure the names cannot be read from
-        return None
-    specs = user_input_specs(program)
-    if len(specs) != len(names):
+    named = _named_specs(program)
+    if named is None:
         return None
     nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     return [(name, nodes[s.arg.name].meta.get("val") if isinstance(s.arg, TensorArgument) else None)
-            for name, s in zip(names, specs)]
+            for name, s in named]
 
 
 def _int_bound(value: Any) -> int | None:

@@ -27,6 +27,8 @@ from torch.overrides import TorchFunctionMode
 #: since activations grow with it (DFine's encoder states reach 233 at x10, where float32 rounding alone moves
 #: them by 5e-4)
 WIDENINGS = (2.0, 4.0, 10.0)
+#: top-k neighbours closer than this times the scores' largest magnitude count as tied
+NEAR = 1e-5
 
 _TOPK = {torch.topk, torch.Tensor.topk}
 
@@ -58,10 +60,6 @@ def _ties(scores: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sor
         scale = top[finite].abs().max()
         # a gap float32 rounding can close (a few hundred ulps of the scores' scale) ties the order as surely
         return bool((top.diff(dim=dim).abs() <= NEAR * scale).logical_and(finite.narrow(dim, 1, top.shape[dim] - 1)).any())
-
-
-#: top-k neighbours closer than this times the scores' largest magnitude count as tied
-NEAR = 1e-5
 
 
 def tied_selections(model: torch.nn.Module, inputs: dict[str, Any]) -> int:
