@@ -123,9 +123,14 @@ def _dim_role(val: torch.Tensor, dim: int, leaf: str = "") -> str:
     are lengths. (A video's spatial dims read as lengths had no config limit, and three dims capped at 256 each
     planned GBs.) A cache layer's keys/values (``cache.0.keys``, ``[B, heads, length, head_dim]``, as
     :mod:`engine.shapes` marks them) grow along dim 2, a length: read as an image dim, ``max_seq_len`` did not
-    bound it and the memory budget lowered Aria's decode cache below the generation's length."""
+    bound it and the memory budget lowered Aria's decode cache below the generation's length. The middle dim of
+    integer ids or masks ``[B, choices, seq]`` (traced shorter than the sequence; ``[B, seq, 4]`` boxes are not)
+    counts rows the model folds into the batch, so it is bounded as one: as a length, ``max_seq_len`` (which the
+    budget never lowers) let LongformerForMultipleChoice plan 256 x 512 x 4 x 1025 floats (15 GB)."""
     if dim == 0:
         return "batch"
+    if val.ndim == 3 and dim == 1 and not val.is_floating_point() and val.shape[1] < val.shape[2]:
+        return "batch"  # rows per sample of ids/masks, [B, choices or codebooks, seq]: the model flattens them into B
     if val.ndim == 4 and dim == 2 and leaf.rsplit(".", 1)[-1] in ("keys", "values"):
         return "length"
     if val.ndim >= 4 and val.is_floating_point() and dim >= val.ndim - 2:

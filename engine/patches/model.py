@@ -4,9 +4,13 @@ trace with dynamic shapes, rewritten to compute the same numbers with shape-gene
 
 from __future__ import annotations
 
+import ast
 import builtins
+import functools
 import inspect
 import math
+import textwrap
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -724,3 +728,158 @@ def _patch_descending_positions_as_arange(original):
         return mask_1d.view(batch, seqlen, 1) & mask_1d.view(batch, 1, seqlen) & attention_mask
 
     return _prepare_attention_mask
+
+
+def _recompiled(fn: Callable, transformer: ast.NodeTransformer) -> Callable:
+    """``fn`` recompiled from its source through ``transformer`` (decorators included, in its module's globals, its
+    file and line numbers kept for tracebacks); ``fn`` itself where the transformer matched nothing or ``fn`` is a
+    closure (``super()``), which a recompiled copy could not rebind."""
+    raw = inspect.unwrap(fn)
+    try:
+        lines, first = inspect.getsourcelines(raw)
+    except (OSError, TypeError):
+        return fn
+    tree = transformer.visit(ast.parse(textwrap.dedent("".join(lines))))
+    if not getattr(transformer, "matched", 0) or raw.__code__.co_freevars:
+        return fn
+    module = ast.fix_missing_locations(tree)
+    ast.increment_lineno(module, first - 1)
+    namespace: dict = {}
+    exec(compile(module, inspect.getsourcefile(raw) or "<rewritten>", "exec"), raw.__globals__, namespace)  # noqa: S102
+    return namespace[tree.body[0].name]
+
+
+
+class _SizeDivisionAsFloorDivision(ast.NodeTransformer):
+    """``torch.div(a, b, rounding_mode="trunc"|"floor")`` -> ``a // b`` (for functions whose operands are sizes:
+    non-negative ints, where the three agree)."""
+
+    matched = 0
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        modes = [k.value for k in node.keywords if k.arg == "rounding_mode"]
+        if (isinstance(func, ast.Attribute) and func.attr == "div" and isinstance(func.value, ast.Name)
+                and func.value.id == "torch" and len(node.args) == 2 and len(node.keywords) == 1 and modes
+                and isinstance(modes[0], ast.Constant) and modes[0].value in ("trunc", "floor")):
+            self.matched += 1
+            return ast.copy_location(ast.BinOp(left=node.args[0], op=ast.FloorDiv(), right=node.args[1]), node)
+        return node
+
+
+_GLOBAL_TOKEN_CLASSES = (("longformer", "LongformerSelfAttention"), ("led", "LEDEncoderSelfAttention"))
+
+
+class _ZeroPaddingBranchTaken(ast.NodeTransformer):
+    """``if padding_len > 0: <body>`` -> ``<body>``, with each ``x[..., :-padding_len]`` in it made
+    ``x[..., : x.shape[d] - padding_len]`` (an empty slice at 0 otherwise)."""
+
+    matched = 0
+
+    def visit_If(self, node: ast.If) -> ast.AST | list[ast.stmt]:
+        self.generic_visit(node)
+        test = node.test
+        if (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "padding_len"
+                and len(test.ops) == 1 and isinstance(test.ops[0], ast.Gt) and isinstance(test.comparators[0], ast.Constant)
+                and test.comparators[0].value == 0 and not node.orelse):
+            self.matched += 1
+            return [self._end_slices(stmt) for stmt in node.body]
+        return node
+
+    @staticmethod
+    def _end_slices(stmt: ast.stmt) -> ast.stmt:
+        for sub in ast.walk(stmt):
+            if not isinstance(sub, ast.Subscript):
+                continue
+            parts = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
+            for dim, part in enumerate(parts):
+                upper = getattr(part, "upper", None) if isinstance(part, ast.Slice) else None
+                if (isinstance(upper, ast.UnaryOp) and isinstance(upper.op, ast.USub)
+                        and isinstance(upper.operand, ast.Name) and upper.operand.id == "padding_len"):
+                    size = ast.Subscript(value=ast.Attribute(value=sub.value, attr="shape", ctx=ast.Load()),
+                                         slice=ast.Constant(dim), ctx=ast.Load())
+                    part.upper = ast.BinOp(left=size, op=ast.Sub(), right=upper.operand)
+        return stmt
+
+
+@register_patch("dynamo", "transformers.models.longformer.modeling_longformer.LongformerModel._pad_to_window_size",
+                "transformers.models.led.modeling_led.LEDEncoder._pad_to_window_size",
+                "transformers.models.led.modeling_led.LEDEncoder.forward")
+def _patch_window_padding_without_its_branch(original):
+    """Pad to the attention window (and cut the padding off again) whatever the padding length, 0 included.
+
+    Pattern: Longformer and LED pad the sequence to a multiple of ``attention_window`` under
+    ``if padding_len > 0:`` (and LED's encoder unpads under the same test, ``hidden_states[:, :-padding_len]``):
+    the test is a guard on ``seq_len % window``, so a program traced at a length that needs padding rejects every
+    multiple of the window (``(4 - s % 4) % 4 <= 0`` failed at 8 tokens), and one traced at a multiple rejects
+    the rest. Padding by 0 is a no-op (the model's comment says its ONNX path may take the branch at 0), and the
+    unpadding slice ends at ``size - padding_len``, so the branch is taken always. The masks and ids padded along
+    with the tokens are checked to have the tokens' length first (``torch._check``, which the program keeps): the
+    model requires it, and without it torch.export traces each input's length as its own symbol, cannot simplify
+    the padded lengths' ``Mod`` arithmetic, and guards the padding at its traced value (``pad != 0``).
+    No upstream issue found."""
+    recompiled = _recompiled(original, _ZeroPaddingBranchTaken())
+    if original.__name__ != "_pad_to_window_size" or recompiled is original:
+        return recompiled
+
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def _pad_to_window_size(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs).arguments
+        tokens = bound.get("input_ids") if bound.get("input_ids") is not None else bound.get("inputs_embeds")
+        for name in ("attention_mask", "token_type_ids", "position_ids"):
+            if tokens is not None and bound.get(name) is not None:
+                torch._check(bound[name].shape[1] == tokens.shape[1])
+        return recompiled(*args, **kwargs)
+
+    return _pad_to_window_size
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}.{method}" for m, c in _GLOBAL_TOKEN_CLASSES
+                            for method in ("_sliding_chunks_query_key_matmul", "_sliding_chunks_matmul_attn_probs_value")))
+def _patch_window_counts_as_integer_division(original):
+    """Compute the sliding-window chunk counts with ``//`` on sizes, not ``torch.div``.
+
+    Pattern: Longformer's and LED's windowed attention counts its chunks with
+    ``torch.div(seq_len, window_overlap, rounding_mode="trunc")`` (and ``_chunk`` views with one): ``torch.div`` of
+    two sizes returns a 0-d tensor, a view or ``new_zeros`` sized by it reads it back with ``.item()``, and the size
+    is data to torch.export (``Eq(u1, 1)`` in the view's strides). The same quotient as an integer division of the
+    sizes stays a symbolic size. No upstream issue found."""
+    return _recompiled(original, _SizeDivisionAsFloorDivision())
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}._chunk" for m, c in _GLOBAL_TOKEN_CLASSES))
+def _patch_window_chunks_by_unfold(original):
+    """Cut the overlapping attention chunks with the model's own ``unfold`` path (its ``onnx_export`` branch).
+
+    Pattern: ``_chunk`` views the states into ``torch.div(seq_len, 2w)`` chunks (a 0-d tensor read back with
+    ``.item()``: ``Eq(u1, 1)`` under torch.export, as above) and overlaps them with ``as_strided``; with the division
+    made ``//`` the program exports, but the decomposed ``as_strided`` of that view computes other chunks on onnx and
+    executorch (Longformer's hidden states off by 1.3e-4; dynamo exact; not isolated further). ``unfold(1, 2w, w)``
+    is the same overlapping chunks (equal to eager within 1e-6 on all three backends). No upstream issue found."""
+    def _chunk(hidden_states, window_overlap, onnx_export: bool = False):
+        return original(hidden_states, window_overlap, True)
+
+    return staticmethod(_chunk)
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}.forward" for m, c in _GLOBAL_TOKEN_CLASSES))
+def _patch_global_attention_over_every_slot(original):
+    """Longformer's global attention without its data-dependent branch and ``nonzero()`` gathers:
+    :func:`engine.global_token_attention.dense_global_self_attention` (its docstring has the pattern); a call
+    asking for attention maps keeps the model's path."""
+    from engine.global_token_attention import dense_global_self_attention
+
+    @functools.wraps(original)
+    def forward(self, hidden_states, attention_mask=None, is_index_masked=None, is_index_global_attn=None,
+                is_global_attn=None, output_attentions=False):
+        if output_attentions:
+            return original(self, hidden_states, attention_mask, is_index_masked, is_index_global_attn,
+                            is_global_attn, output_attentions)
+        return dense_global_self_attention(self, hidden_states, attention_mask, is_index_masked,
+                                           is_index_global_attn)
+
+    return forward
+

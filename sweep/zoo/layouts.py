@@ -132,6 +132,10 @@ def _id_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, Any]]:
         if "decoder_attention_mask" in base:
             out.append({"decoder_input_ids": stacked, "decoder_attention_mask": torch.ones_like(stacked)})
         out.append({"decoder_input_ids": ids[..., None].repeat(1, 1, codebooks)})  # codebooks last: (B, S, codebooks)
+    ids = base.get("input_ids")
+    if isinstance(codebooks, int) and codebooks > 1 and isinstance(ids, torch.Tensor) and ids.dim() == 2:
+        # a decoder-only model over codebooks (MusicGen's decoder): a row per codebook, the mask per sample (B, S)
+        out.append({"input_ids": ids.repeat_interleave(codebooks, dim=0)})
     text = {k: v for k, v in base.items() if k in CHOICE_INPUTS and isinstance(v, torch.Tensor) and v.dim() == 2}
     if "input_ids" in text:  # multiple choice: (B, choices, S)
         out.append({k: torch.stack([v, v.flip(1)], dim=1) for k, v in text.items()})

@@ -121,6 +121,33 @@ def test_a_cache_layers_length_is_bounded_by_max_seq_len_not_as_an_image_dim():
     assert comparison.ok, str(comparison)
 
 
+class _Choices(torch.nn.Module):
+    """A multiple-choice head: ``[batch, choices, seq]`` ids folded into ``batch * choices`` rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 4)
+
+    def forward(self, input_ids):
+        h = self.embed(input_ids.flatten(0, 1))
+        return {"y": (torch.softmax(h @ h.transpose(1, 2), dim=-1) @ h).view(*input_ids.shape, 4)}
+
+
+def test_the_choices_of_ids_are_bounded_as_batch_rows_not_as_a_length():
+    # as a length, max_seq_len (never lowered) bounded the choices: LongformerForMultipleChoice planned 15 GB
+    model = _Choices().eval()
+    ids = torch.randint(0, 10, (2, 3, 7))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnboundedDimWarning)
+        manager = ExecutorchExporter().export(model, {"input_ids": ids},
+                                              config=ExecutorchConfig(dynamic=True, max_seq_len=64))
+    bounds = {s["name"]: s["bounds"] for s in pte_meta(manager)["inputs"]}["input_ids"]
+    assert bounds[2][1] == 64 and bounds[1][1] < 64  # the sequence at max_seq_len; the choices as a batch
+    more = {"input_ids": torch.randint(0, 10, (2, 5, 9))}
+    comparison = compare_leaves(eager_leaves(model, more), run_exported(manager, more), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+
+
 class _Scores(torch.nn.Module):
     """``h @ h^T``: a ``[batch, seq, seq]`` intermediate, quadratic in the length, like attention scores."""
 

@@ -405,3 +405,15 @@ def test_merged_token_tiles_and_patch_clips_are_offered_to_the_models_that_take_
     clips = build.build_case("InklingModel").inputs["pixel_values"]
     vision = build.build_case("InklingModel").model.config.vision_config
     assert clips.shape[1:] == (vision.temporal_patch_size, vision.patch_size, vision.patch_size, vision.num_channels)
+
+
+def test_a_decoder_over_codebooks_gets_a_row_per_codebook():
+    """MusicGen's decoder takes ``input_ids`` as ``(batch * num_codebooks, seq)`` and its mask per sample: the zoo
+    stacks a row per codebook (the multiple-choice layout ``(batch, 2, seq)`` ran too, as one sample of 4
+    codebooks, and its mask broke the export)."""
+    from sweep.zoo.build import build_case
+
+    case = build_case("MusicgenForCausalLM", seed=0)
+    ids, mask = case.inputs["input_ids"], case.inputs["attention_mask"]
+    assert ids.dim() == 2 and mask.dim() == 2
+    assert ids.shape == (mask.shape[0] * case.model.config.num_codebooks, mask.shape[1])
