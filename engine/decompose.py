@@ -181,7 +181,8 @@ def _fresh_cache(cache: Any, model: torch.nn.Module) -> Any:
 def _run_generate(model: torch.nn.Module, inputs: Mapping[str, Any], tokens: int) -> torch.Tensor:
     kwargs = {k: (_fresh_cache(v, model) if is_cache_object(v) else copy.deepcopy(v)) for k, v in inputs.items()}
     with torch.no_grad():
-        out = model.generate(**kwargs, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, num_beams=1)
+        out = model.generate(**kwargs, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, num_beams=1,
+                             num_return_sequences=1)
     return out if isinstance(out, torch.Tensor) else out.sequences
 
 

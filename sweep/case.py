@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 import tempfile
 import sys
 import time
@@ -127,15 +128,33 @@ def generation_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in inputs.items() if not k.startswith("decoder_") and k != "position_ids"}
 
 
+def _generate_reads_the_start_token(model: torch.nn.Module) -> bool:
+    """Whether the model's class has a ``generate()`` of its own (not transformers' shared one, which reads the
+    start token for encoder-decoders only) that reads the decoder start token."""
+    from transformers import GenerationMixin
+
+    own = getattr(type(model), "generate", None)
+    if own is None or own is GenerationMixin.generate:
+        return False
+    try:
+        return "_decoder_start_token_tensor" in inspect.getsource(own)
+    except (OSError, TypeError):
+        return False
+
+
 def _set_decoder_start_token(model: torch.nn.Module, result: dict[str, Any]) -> None:
     """Hub checkpoints ship a ``generation_config.json`` naming the decoder start token; a model built from a
     config has none, and an encoder-decoder's ``generate()`` then refuses to start. Use the pad token (T5's
-    convention), else the bos token, and record the choice in the row."""
+    convention), else the bos token, and record the choice in the row. A decoder-only model whose own
+    ``generate()`` reads the start token (MusicGen's decoder offsets its codebooks by it: ``build_delay_pattern_mask``
+    multiplies by ``None`` otherwise) gets the pad token too (MusicGen's checkpoints start from it); the bos token
+    stands in for it only in an encoder-decoder (transformers' fallback)."""
     generation_config = getattr(model, "generation_config", None)
     config = getattr(model, "config", None)
-    if generation_config is None or not getattr(config, "is_encoder_decoder", False):
+    encoder_decoder = getattr(config, "is_encoder_decoder", False)
+    if generation_config is None or not (encoder_decoder or _generate_reads_the_start_token(model)):
         return
-    if generation_config.decoder_start_token_id is not None or generation_config.bos_token_id is not None:
+    if generation_config.decoder_start_token_id is not None or (encoder_decoder and generation_config.bos_token_id is not None):
         return
     decoder = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     start = next((t for t in (getattr(decoder, "pad_token_id", None), getattr(config, "pad_token_id", None)) if t is not None), 0)
@@ -151,7 +170,9 @@ def _run_generation(spec: dict[str, Any], case: Any, enter: Callable[[str], None
     _set_decoder_start_token(case.model, result)
     enter("eager")
     with torch.no_grad():
-        expected = case.model.generate(**copy.deepcopy(inputs), do_sample=False, num_beams=1, max_new_tokens=GENERATE_TOKENS)
+        # one sequence per prompt, stated: a generate() of the model's own (MusicGen's) reads the unset default raw
+        expected = case.model.generate(**copy.deepcopy(inputs), do_sample=False, num_beams=1, num_return_sequences=1,
+                                       max_new_tokens=GENERATE_TOKENS)
     enter("export")
     config = AutoExportConfig.from_dict(generation_config(spec, length=expected.shape[-1]))
     components = AutoExporter.from_config(config).export_for_generation(case.model, inputs, config=config)

@@ -71,3 +71,24 @@ def test_generation_exports_with_the_export_cases_onnx_settings():
     assert generation_config({"backend": "executorch", "shapes": "generate"}, length=139) == {
         "export_format": "executorch", "dynamic": True, "max_seq_len": 139}
     assert "max_seq_len" not in generation_config({"backend": "dynamo", "shapes": "generate"}, length=139)
+
+
+def test_a_decoder_whose_generate_reads_the_start_token_gets_the_pad():
+    """MusicGen's decoder-only generate() builds its delay pattern from the decoder start token (``~mask * None``
+    without one); it gets the pad token as its checkpoints do, and eager generate then runs; a plain decoder-only
+    model is left alone."""
+    from sweep.case import GENERATE_TOKENS, _set_decoder_start_token
+    from sweep.zoo.build import build_case
+
+    case = build_case("MusicgenForCausalLM", seed=0)
+    result: dict = {}
+    _set_decoder_start_token(case.model, result)
+    assert case.model.generation_config.decoder_start_token_id == case.model.config.pad_token_id
+    assert "pad token" in result["note"]
+    with torch.no_grad():
+        out = case.model.generate(**case.inputs, do_sample=False, num_beams=1, num_return_sequences=1,
+                                  max_new_tokens=GENERATE_TOKENS)
+    assert out.shape[0] * case.model.config.num_codebooks == case.inputs["input_ids"].shape[0]  # a row per codebook in
+    plain = build_case("GPT2LMHeadModel", seed=0)
+    _set_decoder_start_token(plain.model, {})
+    assert plain.model.generation_config.decoder_start_token_id is None
