@@ -9,7 +9,10 @@
   a single forward.
 - :func:`decompose_for_generation` combines both; for a multimodal model it captures the language model as the
   prefill calls it (cache, positions) and learns, where it is exact, how the prefill runs through those
-  components (:class:`MultimodalPrefill`: embeddings, the feature merge, language model, ``lm_head``).
+  components (:class:`MultimodalPrefill`: embeddings, the feature merge, language model, ``lm_head``). A
+  ``generate()`` that hands over to a sub-model's ``generate()`` (BLIP-2: ``language_model.generate(inputs_embeds=
+  ...)``) is captured as the sub-model's generation from what it was handed, after a :class:`GenerateHandover`
+  component that computes those inputs with the model's own code.
 
 What the merge learned (which kwargs carry the new tokens, which grow by one per token) is kept in a
 :class:`GenerationPlan` so :func:`engine.generate` can drive the exported components without the model.
@@ -84,6 +87,10 @@ class GenerationPlan:
     #: ``language_model``, ``lm_head``) instead of a program of its own; kept by ``export_for_generation`` only once
     #: those programs reproduced the eager prefill (see :func:`learn_multimodal_prefill`)
     multimodal_prefill: MultimodalPrefill | None = None
+    #: the component run first on the caller's inputs where generate() hands over to a sub-model's generate()
+    #: (BLIP-2 encodes the image, then calls ``language_model.generate(inputs_embeds=...)``): its outputs are the
+    #: sub-model's generate() inputs, which the other components were captured from
+    handover: str | None = None
     #: capture only (the exporter clears it): the last one-token decode call, the decode program's fallback when
     #: the merged two-token step cannot be exported or comes out pinned to two tokens (a Python loop over the
     #: query, an assert on one token)
@@ -355,7 +362,12 @@ def decompose_prefill_decode(model: torch.nn.Module, inputs: Mapping[str, Any], 
         flags.update({k: v for k, v in calls[0].items() if k in OUTPUT_FLAGS})
     plan.token_input = "decoder_input_ids" if "decoder_input_ids" in decode else "input_ids"
     # what generate() returns around the new tokens: some models return the whole prompt, others part or none
-    prompt = prefill[plan.token_input]
+    prompt = prefill.get(plan.token_input)
+    if prompt is None:  # a prefill on inputs_embeds only: the prompt is the ids generate() was given with them
+        prompt = inputs.get(plan.token_input)
+    if not isinstance(prompt, torch.Tensor):
+        raise ModelError(f"{model_name(model)}.generate()'s prefill takes no {plan.token_input} and none was given, "
+                         f"so the prompt the new tokens follow is unknown")
     returned = max(min(sequences.shape[-1] - CAPTURE_TOKENS, prompt.shape[-1]), 0)
     plan.prompt_columns_returned = -1 if returned == prompt.shape[-1] else returned
     given = inputs.get(plan.token_input)
@@ -451,6 +463,76 @@ def _declared(module: torch.nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]
     return kwargs if open_ended else {k: v for k, v in kwargs.items() if k in accepted}
 
 
+class _HandedOver(Exception):
+    def __init__(self, kwargs: dict[str, Any]):
+        super().__init__("generate() handed over to a sub-model")
+        self.kwargs = kwargs
+
+
+def _submodel_generate_calls(model: torch.nn.Module, inputs: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """``(name, kwargs)`` of the first sub-model whose ``generate()`` the model's ``generate()`` calls, with the tensor
+    kwargs it was called with; None where it calls none."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    subs = [(n, m) for n, m in model.named_modules() if n and callable(getattr(m, "generate", None))
+            and hasattr(m, "generation_config")]
+    for name, sub in subs:
+        original = sub.generate
+
+        def record(*args, _original=original, _name=name, **kwargs):
+            calls.append((_name, _snapshot({k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)})))
+            return _original(*args, **kwargs)
+
+        sub.generate = record
+    try:
+        _run_generate(model, inputs, CAPTURE_TOKENS)
+    finally:
+        for _, sub in subs:
+            vars(sub).pop("generate", None)
+    return calls[0] if calls else None
+
+
+class GenerateHandover(torch.nn.Module):
+    """The part of a model's ``generate()`` before it hands over to a sub-model's ``generate()``, as a module: its
+    forward returns the tensors the sub-model's generate() is called with (``inputs_embeds``, ``attention_mask``,
+    ``input_ids``), computed by the model's own code (BLIP-2: vision tower, Q-Former, projection, merge)."""
+
+    def __init__(self, model: torch.nn.Module, delegate: str):
+        super().__init__()
+        self.model = model
+        self.delegate = delegate
+        self.config = getattr(model, "config", None)
+
+    def forward(self, **inputs):
+        sub = self.model.get_submodule(self.delegate)
+
+        def hand_over(*args, **kwargs):
+            raise _HandedOver({k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)})
+
+        sub.generate = hand_over
+        try:
+            self.model.generate(**inputs, max_new_tokens=1, do_sample=False, num_beams=1, num_return_sequences=1)
+        except _HandedOver as handed:
+            return handed.kwargs
+        finally:
+            vars(sub).pop("generate", None)
+        raise ModelError(f"{model_name(self.model)}.generate() did not call {self.delegate}.generate() on these inputs")
+
+
+def _handover(names: list[str]) -> type[GenerateHandover]:
+    """A :class:`GenerateHandover` class whose forward declares ``names`` (the exporters bind inputs by the
+    signature)."""
+    handover_class = type("GenerateHandover", (GenerateHandover,), {})
+
+    def forward(self, **inputs):
+        return GenerateHandover.forward(self, **inputs)
+
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    parameters += [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None) for n in names]
+    forward.__signature__ = inspect.Signature(parameters)
+    handover_class.forward = forward
+    return handover_class
+
+
 def decompose_for_generation(model: torch.nn.Module, inputs: Mapping[str, Any], plan: GenerationPlan | None = None
                              ) -> dict[str, tuple[torch.nn.Module, dict[str, Any]]]:
     """Prefill/decode (and encoder) components; a multimodal prefill is also split into its submodules.
@@ -461,7 +543,23 @@ def decompose_for_generation(model: torch.nn.Module, inputs: Mapping[str, Any], 
     (``plan.multimodal_prefill``).
     """
     plan = plan if plan is not None else GenerationPlan()
-    components = decompose_prefill_decode(model, inputs, plan)
+    try:
+        components = decompose_prefill_decode(model, inputs, plan)
+    except ModelError as error:
+        if plan.handover is not None or "top-level forward" not in str(error):
+            raise
+        handed = _submodel_generate_calls(model, inputs)
+        if handed is None:
+            raise
+        # generate() hands over: the sub-model's generation from the inputs it was handed, and the model's code
+        # before the hand-over as the first component
+        name, sub_inputs = handed
+        components = decompose_for_generation(model.get_submodule(name), sub_inputs, plan)
+        given = {k: v for k, v in inputs.items() if v is not None}
+        components["handover"] = (_handover(list(given))(model, name), given)
+        plan.handover = "handover"
+        plan.templates["handover"] = given
+        return components
     if is_multimodal(model):
         multimodal = decompose_multimodal(model, _prefill_with_modality_inputs(model, inputs, components, plan))
         components = {**multimodal, **components}

@@ -173,6 +173,8 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
     values: dict[str, Any] = {k: v for k, v in inputs.items() if v is not None}
+    if plan.handover is not None:  # the model's code before it hands over to a sub-model's generate()
+        values = _run(components, plan.handover, _fill(plan.templates[plan.handover], values, None))
     _run_encoders(components, plan, values)
     outputs, prefill_kwargs, prompt_length = _run_prefill(components, plan, values)
 

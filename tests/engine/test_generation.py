@@ -292,3 +292,42 @@ def test_a_cache_with_no_leaves_stays_empty():
     from engine.generation import _cache_outputs
 
     assert _cache_outputs({"logits": torch.zeros(1, 1, 4)}, DynamicCache()) == {}
+
+
+class _HandsOver(torch.nn.Module):
+    """A generate() that encodes its own input and hands over to the language model's generate() with embeddings
+    (BLIP-2's shape: vision tower and Q-Former, then ``language_model.generate(inputs_embeds=...)``)."""
+
+    def __init__(self, language_model):
+        super().__init__()
+        self.language_model = language_model
+        self.proj = torch.nn.Linear(3, language_model.config.n_embd)
+        self.config, self.generation_config = language_model.config, language_model.generation_config
+
+    def generate(self, features, input_ids, attention_mask=None, **kwargs):
+        embeds = self.language_model.get_input_embeddings()(input_ids) + self.proj(features)[:, None, :]
+        return self.language_model.generate(inputs_embeds=embeds, input_ids=input_ids, attention_mask=attention_mask,
+                                            **kwargs)
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "onnx"])
+def test_a_generate_that_hands_over_to_a_sub_models_generate_is_replayed(backend):
+    """The model's code before the hand-over is a component of its own; the language model's steps are captured
+    from what it was handed; the tokens equal eager generate() for other features and prompts."""
+    torch.manual_seed(0)
+    model = _HandsOver(MODELS["gpt2"].model()).eval()
+
+    def sample(seed, length):
+        g = torch.Generator().manual_seed(seed)
+        return {"features": torch.randn(2, 3, generator=g), "input_ids": torch.randint(0, VOCAB, (2, length), generator=g),
+                "attention_mask": torch.ones(2, length, dtype=torch.long)}
+
+    with pytest.raises(ModelError, match="called its top-level forward 0 time"):
+        decompose_prefill_decode(model, sample(0, 6))
+    components = AutoExporter.export_for_generation(model, sample(0, 6), {"export_format": backend, "dynamic": True})
+    assert "handover" in components
+    for seed, length in ((1, 6), (2, 9)):
+        inputs = sample(seed, length)
+        with torch.no_grad():
+            expected = model.generate(**copy.deepcopy(inputs), do_sample=False, num_beams=1, max_new_tokens=NEW_TOKENS)
+        assert torch.equal(generate(components, inputs, max_new_tokens=NEW_TOKENS), expected)
