@@ -21,7 +21,7 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
 from torch.utils._sympy.value_ranges import bound_sympy
 
-from engine.patches.registry import register_fx_node_fix, register_patch
+from engine.patches.registry import register_fx_node_fix, register_fx_program_fix, register_patch
 
 #: the ExecuTorch releases whose internals these patches were read against: 1.4.1 (the pins) and 1.5.1, whose
 #: patched functions and the helpers they call are unchanged (diffed when following upstream, reports/drift/)
@@ -353,6 +353,49 @@ def _patch_view_planned_at_its_base_capacity(original):
         return result
 
     return call
+
+
+#: ops that give their first argument's values (a device/dtype no-op when the dtype is unchanged)
+_SAME_VALUE_OPS = ("aten.to.device", "aten.to.dtype", "aten.to.dtype_layout", "aten._to_copy.default",
+                   "aten.clone.default", "aten.alias.default", "aten.detach.default")
+
+
+def _same_values_as(node, source) -> bool:
+    """Whether ``node`` is ``source`` passed through ops that keep its values, dtype and shape."""
+    start = node
+    while isinstance(node, torch.fx.Node) and node is not source and node.op == "call_function" \
+            and str(node.target) in _SAME_VALUE_OPS:
+        node = node.args[0]
+    if node is not source:
+        return False
+    a, b = start.meta.get("val"), source.meta.get("val")
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+
+
+@register_fx_program_fix("executorch")
+def _fix_no_op_buffer_write_back(program) -> None:
+    """Drop ``buffer.copy_(buffer.to(device, dtype))`` where that changes nothing.
+
+    Pattern: a forward that re-assigns a buffer to itself moved to the input's device and dtype (CTRL:
+    ``self.pos_encoding = self.pos_encoding.to(device=..., dtype=...)``, modeling_ctrl.py:319). torch.export records
+    the assignment as a write-back into the buffer, which makes it a mutable buffer of the ExecuTorch program: its
+    memory is planned, not loaded from the weights, and the position embeddings read from it were garbage (every
+    CTRLModel output off by up to 4.2, on XNNPACK and portable kernels alike). Where the written value is the
+    buffer's own (same dtype and shape, through ``to``/``_to_copy``/``clone``), the write-back is removed and the
+    buffer stays a constant. TODO(upstream): no issue found (a write-back of an unchanged value as a mutation).
+    """
+    buffers = set(program.graph_signature.inputs_to_buffers)
+    graph = program.graph_module.graph
+    changed = False
+    for node in list(graph.nodes):
+        if (node.op == "call_function" and node.target is torch.ops.aten.copy_.default and not node.users
+                and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder"
+                and node.args[0].name in buffers and _same_values_as(node.args[1], node.args[0])):
+            graph.erase_node(node)
+            changed = True
+    if changed:
+        graph.eliminate_dead_code()
+        program.graph_module.recompile()
 
 
 @register_patch(

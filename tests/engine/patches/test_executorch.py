@@ -379,3 +379,41 @@ def test_a_slice_with_data_dependent_bounds_lowers_and_clamps_as_in_eager():
         sample = {"x": x, "bounds": torch.tensor(bounds)}
         comparison = compare_leaves(eager_leaves(model, sample), run_exported(manager, sample), atol=ATOL, rtol=RTOL)
         assert comparison.ok, str(comparison)
+
+
+class _ReassignedBuffer(torch.nn.Module):
+    """CTRL's ``self.pos_encoding = self.pos_encoding.to(device=..., dtype=...)`` before reading it."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Buffer(torch.randn(16, 4))
+
+    def forward(self, x, positions):
+        self.table = self.table.to(device=x.device, dtype=x.dtype)
+        return {"y": x + self.table[positions]}
+
+
+def test_a_buffer_reassigned_to_itself_stays_constant_on_executorch():
+    """The re-assignment is a write-back torch.export records as a buffer mutation; as a mutable buffer of the
+    ExecuTorch program it is planned memory, not the weights (CTRL's outputs were off by up to 4.2). The no-op
+    write-back is dropped: the program reads the buffer's values, at the traced and at another length."""
+    from engine import DynamoExporter
+    from engine.patches.executorch import _fix_no_op_buffer_write_back
+
+    def sample(length):
+        return {"x": torch.randn(2, length, 4), "positions": torch.arange(length).expand(2, length).contiguous()}
+
+    program = DynamoExporter().export(_ReassignedBuffer().eval(), sample(6), {"dynamic": True})
+    writes = lambda p: [n for n in p.graph.nodes if n.target is torch.ops.aten.copy_.default]  # noqa: E731
+    assert writes(program)
+    _fix_no_op_buffer_write_back(program)
+    assert not writes(program)
+    torch.manual_seed(0)
+    model = _ReassignedBuffer().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnboundedDimWarning)
+        manager = ExecutorchExporter().export(model, sample(6), config=ExecutorchConfig(dynamic=True, max_seq_len=16))
+    for length in (6, 11):
+        inputs = sample(length)
+        comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=ATOL, rtol=RTOL)
+        assert comparison.ok, str(comparison)
