@@ -311,6 +311,10 @@ def prefill_through_decode(plan: GenerationPlan, prefill_kwargs: Mapping[str, An
 
 # ─── Public decompositions ───────────────────────────────────────────────────────────────────────
 
+class NoForwardSteps(ModelError):
+    """``generate()`` did not run the model's own forward once per token: no prefill/decode steps to capture."""
+
+
 def _require_generate(model: Any) -> None:
     check_model(model)
     if not callable(getattr(model, "generate", None)) or not hasattr(model, "generation_config"):
@@ -344,7 +348,7 @@ def decompose_prefill_decode(model: torch.nn.Module, inputs: Mapping[str, Any], 
             stack.enter_context(_recording_method(base, method, feature_calls[modality]))
         sequences = _run_generate(model, inputs, CAPTURE_TOKENS)
     if len(calls) < CAPTURE_TOKENS:
-        raise ModelError(
+        raise NoForwardSteps(
             f"{model_name(model)}.generate() called its top-level forward {len(calls)} time(s) for {CAPTURE_TOKENS} "
             f"new tokens, so prefill and decode steps cannot be captured from it (add the class to "
             f"skiplists/generate_skip.yaml with the reason)"
@@ -545,8 +549,8 @@ def decompose_for_generation(model: torch.nn.Module, inputs: Mapping[str, Any], 
     plan = plan if plan is not None else GenerationPlan()
     try:
         components = decompose_prefill_decode(model, inputs, plan)
-    except ModelError as error:
-        if plan.handover is not None or "top-level forward" not in str(error):
+    except NoForwardSteps:
+        if plan.handover is not None:
             raise
         handed = _submodel_generate_calls(model, inputs)
         if handed is None:

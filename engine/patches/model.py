@@ -749,7 +749,6 @@ def _recompiled(fn: Callable, transformer: ast.NodeTransformer) -> Callable:
     return namespace[tree.body[0].name]
 
 
-
 class _SizeDivisionAsFloorDivision(ast.NodeTransformer):
     """``torch.div(a, b, rounding_mode="trunc"|"floor")`` -> ``a // b`` (for functions whose operands are sizes:
     non-negative ints, where the three agree)."""
@@ -818,7 +817,10 @@ def _patch_window_padding_without_its_branch(original):
     with the tokens are checked to have the tokens' length first (``torch._check``, which the program keeps): the
     model requires it, and without it torch.export traces each input's length as its own symbol, cannot simplify
     the padded lengths' ``Mod`` arithmetic, and guards the padding at its traced value (``pad != 0``).
-    No upstream issue found."""
+    What remains: a program traced at a length that needs padding still refuses a multiple of the window (and one
+    traced at a multiple the rest), by torch's layout probe of the sliced-off padding (``pad != 0``,
+    pytorch/pytorch#165032); the refusal names the guard (tests/engine/test_global_token_attention.py).
+    No upstream issue found for the branch."""
     recompiled = _recompiled(original, _ZeroPaddingBranchTaken())
     if original.__name__ != "_pad_to_window_size" or recompiled is original:
         return recompiled

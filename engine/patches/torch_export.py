@@ -528,6 +528,31 @@ def _patch_replacement_skipped_where_bounds_overflow(original):
     return set_replacement
 
 
+@register_patch("dynamo", "torch.SymInt.__mod__")
+def _patch_size_modulo_a_unit_fraction(original):
+    """Pattern: a size tested against a float factor, ``if height % scale_factor != 0`` with ``scale_factor=0.5``
+    (InternVL's and Qianfan-OCR's ``pixel_shuffle``). torch bounds ``Mod(ToFloat(h), 0.5)`` with its integer rule
+    (``[0, y - 1]``: ``ValueRangeError: Invalid ranges [0.5:-0.5]``) and its sympy ``Mod`` asserts integer
+    arguments, so the export fails. An integer modulo ``1/k`` (``k`` a power of two, so ``1/k`` is exact) is 0 for
+    every integer (:func:`divides_every_integer`): the remainder is returned as ``0.0``, no symbolic expression. Other
+    divisors go to torch. TODO(upstream): no torch issue found (torch/utils/_sympy/value_ranges.py ``mod``,
+    torch/utils/_sympy/functions.py ``Mod.eval``, 2.14.1)."""
+
+    def __mod__(self, other):
+        return 0.0 if divides_every_integer(other) else original(self, other)
+
+    return __mod__
+
+
+def divides_every_integer(divisor) -> bool:
+    """Whether ``divisor`` is a float ``1/k`` with ``k`` a power of two (exact in binary floating point), so that
+    ``n % divisor == 0.0`` for every integer ``n`` (``1/3`` is not exact: ``1 % (1/3)`` is ``0.333...``)."""
+    if not isinstance(divisor, float) or not 0 < divisor <= 1:
+        return False
+    k = round(1 / divisor)
+    return k & (k - 1) == 0 and 1 / k == divisor
+
+
 # ── Speed: torch.export internals ───────────────────────────────────────────────────────────────────────────
 # Called by every retrace of the program while ExecuTorch lowers it.
 

@@ -357,3 +357,41 @@ def test_a_placeholder_count_check_exports_saves_and_loads(tmp_path):
         assert comparison.ok, str(comparison)
     with pytest.raises(Exception):  # the count check is kept: one feature row short
         run_exported(program, {"ids": torch.tensor([[7, 7]]), "feats": torch.randn(1, 64)})
+
+
+class _HalvedGrid(torch.nn.Module):
+    """InternVL's ``pixel_shuffle`` check: a size tested against a float factor before reshaping by it (InternVL
+    reshapes by ``int(height * 0.5)``, which torch specialises on its own; here by ``height // 2``)."""
+
+    def forward(self, x):
+        batch, width, height, channels = x.shape
+        if height % 0.5 != 0 or width % 0.5 != 0:
+            raise ValueError("Height and width must be divisible by scale_factor")
+        return {"y": x.reshape(batch, width, height // 2, channels * 2) * 2}
+
+
+@settings(max_examples=60, deadline=None)
+@given(divisor=st.one_of(st.floats(0, 2), st.integers(1, 64).map(lambda k: 1 / k)), n=st.integers(0, 2**40))
+def test_a_size_modulo_is_zero_only_where_python_says_so(divisor, n):
+    """Every divisor the patch answers 0 for gives 0 in Python for any integer (1/3 is refused: ``1 % (1/3)``
+    is 0.333...); 0.5 and 1/64 are answered."""
+    from engine.patches.torch_export import divides_every_integer
+
+    if divides_every_integer(divisor):
+        assert n % divisor == 0.0
+    assert divides_every_integer(0.5) and divides_every_integer(1 / 64) and not divides_every_integer(1 / 3)
+
+
+def test_a_size_modulo_a_float_factor_exports_with_dynamic_sizes():
+    """torch's value ranges and sympy Mod take integers only (``ValueRangeError: Invalid ranges [0.5:-0.5]``
+    without the patch); with it the check is 0 and the program runs at other sizes."""
+    from engine import DynamoExporter
+    from engine.errors import ExportStageError
+    from engine.patches.registry import patch_disabled
+
+    sample = {"x": torch.randn(2, 6, 4, 6)}
+    with patch_disabled("dynamo", "_patch_size_modulo_a_unit_fraction"), pytest.raises(ExportStageError):
+        DynamoExporter().export(_HalvedGrid(), sample, {"dynamic": True})
+    program = DynamoExporter().export(_HalvedGrid(), sample, {"dynamic": True})
+    other = {"x": torch.randn(3, 10, 8, 4)}
+    torch.testing.assert_close(program.module()(**other)["y"], _HalvedGrid()(**other)["y"])
