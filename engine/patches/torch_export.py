@@ -349,6 +349,33 @@ def _histc_as_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
 
 
 @register_fx_node_fix("onnx")
+def _fix_squeeze_of_non_unit_dims(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Leave out of ``squeeze`` the dims whose size is known not to be 1.
+
+    Pattern: Parakeet's and Nemotron-ASR's RNNT joint ``logits[B, T, U, V].squeeze(2)`` with a decoder length
+    ``U`` of 8: a no-op in torch (a dim that is not 1 is kept), but torchlib exports it as ``Squeeze(axes=[2])``,
+    which the ONNX spec rejects for a non-1 dim, so onnxruntime refuses the model at load ("Dimension of input 2 must
+    be 1 instead of 8"). The dims whose size is known not to be 1 (an integer, or a symbolic size ranged from 2) are
+    dropped from the squeeze (the node is a copy of its input where none is left); others are left to the squeeze. Upstream: pytorch/pytorch#36796."""
+    aten = torch.ops.aten
+    if node.op != "call_function" or node.target not in (aten.squeeze.dim, aten.squeeze.dims):
+        return False
+    x, dims = node.args[0], node.args[1]
+    val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or val.dim() == 0:
+        return False
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    kept = [d for d in dims if not statically_known_true(val.shape[d] != 1)]
+    if len(kept) == len(dims):
+        return False
+    # rewritten in place: the node keeps its name, which output specs may refer to
+    node.target, node.args, node.kwargs = (aten.squeeze.dims, (x, kept), {}) if kept else (aten.clone.default, (x,), {})
+    return True
+
+
+@register_fx_node_fix("onnx")
 @register_fx_node_fix("executorch")
 def _fix_running_extremum_as_masked_reduction(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Make ``torch.cummax`` / ``torch.cummin`` along a dim of ``n`` a reduction over a lower-triangular mask.

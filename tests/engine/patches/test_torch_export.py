@@ -395,3 +395,29 @@ def test_a_size_modulo_a_float_factor_exports_with_dynamic_sizes():
     program = DynamoExporter().export(_HalvedGrid(), sample, {"dynamic": True})
     other = {"x": torch.randn(3, 10, 8, 4)}
     torch.testing.assert_close(program.module()(**other)["y"], _HalvedGrid()(**other)["y"])
+
+
+class _JointSqueeze(torch.nn.Module):
+    """Parakeet's RNNT joint: ``[B, T, U, V].squeeze(2)``, a no-op where ``U`` is not 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 5)
+
+    def forward(self, x):
+        return {"logits": self.proj(x).squeeze(2).squeeze(-1)}
+
+
+def test_a_squeeze_of_a_dim_that_is_not_one_loads_in_onnxruntime():
+    """torchlib writes the no-op squeeze as ``Squeeze(axes=[2])`` on a dim of 3, which onnxruntime refuses at load
+    ('Dimension of input 2 must be 1'); without the dims that are not 1 it runs as eager, at another batch too."""
+    pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    model = _JointSqueeze().eval()
+    sample = {"x": torch.randn(2, 6, 3, 4)}
+    artifact = AutoExporter.export(model, sample, {"export_format": "onnx", "dynamic": True})
+    for inputs in (sample, {"x": torch.randn(3, 7, 3, 4)}):
+        with torch.no_grad():
+            expected = model(**inputs)
+        comparison = compare_leaves(expected, run_exported(artifact, inputs), atol=1e-5, rtol=1e-5)
+        assert comparison.ok, str(comparison)
