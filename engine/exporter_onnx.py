@@ -34,6 +34,7 @@ from engine.onnx_io import io_leaf_names, name_graph_io, save_onnx
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches
 from engine.patches.onnx import TARGET_OPSET, decompose_once_applies, onnx_decomposition_table
 from engine.prepare import model_name
+from engine.pte_metadata import drop_none_outputs
 from engine.shape_guards import program_guards
 from engine.single_trace import export_decomposed, single_trace_supported
 
@@ -115,6 +116,8 @@ class OnnxExporter(DynamoExporter):
         timings["trace"], clock = _lap(clock)
 
         # ── Stage 3: Fix the program: FX fixes (again after torch.onnx.export decomposes it) ─────────
+        if _returns_constants(program):  # already unnamed: torch.onnx drops None outputs but fails on an int
+            drop_none_outputs(program)
         apply_fx_program_fixes("onnx", program)
         apply_fx_node_fixes("onnx", program.graph_module)
 
@@ -162,6 +165,16 @@ class OnnxExporter(DynamoExporter):
                 raise ExportStageError("save", name, e) from e
         timings["save"], _ = _lap(clock)
         return onnx_program
+
+
+def _returns_constants(program: torch.export.ExportedProgram) -> bool:
+    """Whether the program returns a constant other than ``None`` (MaskFormer-Swin's Python int spatial sizes):
+    torch.onnx cannot translate such an output ('int' object has no attribute 'name'); like a ``None``, it has no
+    graph output name (:func:`engine.onnx_io.io_leaf_names`)."""
+    from torch.export.graph_signature import ConstantArgument, OutputKind
+
+    return any(s.kind == OutputKind.USER_OUTPUT and isinstance(s.arg, ConstantArgument) and s.arg.value is not None
+               for s in program.graph_signature.output_specs)
 
 
 def _lap(start: float) -> tuple[float, float]:

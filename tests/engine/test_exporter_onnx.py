@@ -533,3 +533,29 @@ def test_type_promotion_without_reruns_writes_the_same_model(name):
     with engine.patches.patch_disabled("onnx", "_patch_type_promotion_reads_node_values"):
         without_patch = export(tiny.model(), tiny.inputs("trace"), dynamic=True, optimize=False, single_trace=False)
     assert comparable_bytes(unoptimized_export(name, single_trace=False).model) == comparable_bytes(without_patch.model)
+
+
+class _SizesOut(torch.nn.Module):
+    """MaskFormer-Swin's outputs: hidden states and the Python int spatial sizes of each stage."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return {"hidden": self.proj(x), "sizes": ((4, 4), (2, 2)), "missing": None, "pooled": x.mean(1)}
+
+
+def test_int_outputs_are_left_out_of_the_onnx_graph():
+    """torch.onnx fails on an int output ('int' object has no attribute 'name'); the ints are constants of the
+    program, not graph outputs, and the tensors keep their names around them."""
+    torch.manual_seed(0)
+    model = _SizesOut().eval()
+    artifact = OnnxExporter().export(model, {"x": torch.randn(2, 5, 4)}, {"dynamic": True})
+    assert [o.name for o in artifact.model_proto.graph.output] == ["hidden", "pooled"]
+    inputs = {"x": torch.randn(3, 7, 4)}
+    with torch.no_grad():
+        expected = {k: v for k, v in iter_leaf_tensors(model(**inputs))}
+    assert sorted(expected) == ["hidden", "pooled"]
+    comparison = compare_leaves(expected, run_exported(artifact, inputs), atol=1e-5, rtol=1e-5)
+    assert comparison.ok, str(comparison)
