@@ -61,9 +61,15 @@ def backend_prepare(name: str):
 
 
 def _use_batched_experts(model: torch.nn.Module) -> None:
-    """MoE experts default to ``grouped_mm``, which has no ExecuTorch kernel: use ``batched_mm``."""
+    """MoE experts default to ``grouped_mm``, which has no ExecuTorch kernel: use ``batched_mm``. A composite model
+    that cannot set them itself (Kimi-K2.5: a vision tower beside its MoE text model, whose own config asks for
+    ``grouped_mm``) has them set on each sub-model that can."""
     if has_settable_experts(model):
         model.set_experts_implementation("batched_mm")
+        return
+    for sub in model.modules():
+        if sub is not model and has_settable_experts(sub):
+            sub.set_experts_implementation("batched_mm")
 
 
 @register_backend("xnnpack")

@@ -16,6 +16,7 @@ import types
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.fx.experimental.symbolic_shapes import free_symbols
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
@@ -49,6 +50,33 @@ def _patch_sdpa_output_layout(original):
         return original(*args, **kwargs).clone(memory_format=torch.contiguous_format)
 
     return scaled_dot_product_attention
+
+
+@register_patch("executorch", "torch.nn.functional.embedding_bag")
+def _patch_fixed_size_bags_as_embedding_sums(original):
+    """Pattern: a weighted gather of fixed-size bags, ``F.embedding_bag(indices_2d, table, per_sample_weights=w,
+    mode="sum")`` (Kimi-K2.5's vision position embeddings interpolate their taps this way). ExecuTorch's portable
+    library has no ``_embedding_bag`` kernel and XNNPACK does not take it, so the program fails to load (0x14,
+    OperatorMissing). A bag of a 2-D ``input`` is its row; ``sum`` is then ``(embedding(input) * w[..., None]).sum(1)``
+    (and ``mean``/``max`` the row's mean/max without weights): the same rows of the table, reduced per bag. Calls
+    with offsets, a padding index, ``max_norm`` or other modes keep the op. Upstream: none found for a portable
+    ``_embedding_bag`` kernel (TODO)."""
+
+    def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False,
+                      mode="mean", sparse=False, per_sample_weights=None, include_last_offset=False,
+                      padding_idx=None):
+        if (input.dim() != 2 or input.shape[1] == 0 or offsets is not None or max_norm is not None or padding_idx is not None
+                or mode not in ("sum", "mean", "max") or (per_sample_weights is not None and mode != "sum")):
+            return original(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse,
+                            per_sample_weights, include_last_offset, padding_idx)
+        rows = F.embedding(input, weight)  # [bags, bag size, dim]
+        if per_sample_weights is not None:
+            rows = rows * per_sample_weights.to(rows.dtype)[..., None]
+        if mode == "max":
+            return rows.amax(1)
+        return rows.sum(1) if mode == "sum" else rows.mean(1)
+
+    return embedding_bag
 
 
 def _triple(value) -> tuple[int, int, int]:

@@ -229,3 +229,29 @@ def test_none_outputs_are_left_out_of_the_lowered_program_and_every_tensor_keeps
     path = ExecutorchExporter.save(manager, tmp_path / "none_fields.pte")
     comparison = compare_leaves(eager_leaves(model, x), run_exported(path, x), atol=ATOL, rtol=RTOL)
     assert comparison.ok and len(comparison.leaves) == 3, str(comparison)
+
+
+def test_experts_of_a_sub_model_are_set_where_the_composite_cannot():
+    """Kimi-K2.5's composite model cannot set its experts, its MoE text model can (and asks for ``grouped_mm``,
+    which has no ExecuTorch kernel): the sub-model's are set to ``batched_mm``; a settable top level is set alone."""
+    from engine.exporter_executorch import _use_batched_experts
+
+    class Settable(torch.nn.Module):
+        def __init__(self, can: bool):
+            super().__init__()
+            self.can, self.implementation = can, "grouped_mm"
+
+        def _can_set_experts_implementation(self):
+            return self.can
+
+        def set_experts_implementation(self, name):
+            self.implementation = name
+
+    composite = Settable(False)
+    composite.text, composite.vision = Settable(True), torch.nn.Linear(2, 2)
+    _use_batched_experts(composite)
+    assert (composite.implementation, composite.text.implementation) == ("grouped_mm", "batched_mm")
+    top = Settable(True)
+    top.text = Settable(True)
+    _use_batched_experts(top)
+    assert (top.implementation, top.text.implementation) == ("batched_mm", "grouped_mm")

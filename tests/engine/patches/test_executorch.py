@@ -7,6 +7,8 @@ import operator
 import warnings
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 from transformers import PretrainedConfig
 
@@ -415,5 +417,53 @@ def test_a_buffer_reassigned_to_itself_stays_constant_on_executorch():
         manager = ExecutorchExporter().export(model, sample(6), config=ExecutorchConfig(dynamic=True, max_seq_len=16))
     for length in (6, 11):
         inputs = sample(length)
+        comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=ATOL, rtol=RTOL)
+        assert comparison.ok, str(comparison)
+
+
+@settings(max_examples=40, deadline=None)
+@given(bags=st.integers(1, 5), size=st.integers(1, 4), mode=st.sampled_from(["sum", "mean", "max"]),
+       weighted=st.booleans(), seed=st.integers(0, 2**16))
+def test_fixed_size_bags_equal_embedding_bag(bags, size, mode, weighted, seed):
+    """The bag of each row of a 2-D input, gathered and reduced, equals ``F.embedding_bag`` (weights with ``sum``
+    only, as torch allows)."""
+    import torch.nn.functional as F
+
+    from engine.patches.executorch import _patch_fixed_size_bags_as_embedding_sums
+
+    g = torch.Generator().manual_seed(seed)
+    table = torch.randn(7, 3, generator=g)
+    indices = torch.randint(0, 7, (bags, size), generator=g)
+    weights = torch.rand(bags, size, generator=g) if weighted and mode == "sum" else None
+    rewritten = _patch_fixed_size_bags_as_embedding_sums(F.embedding_bag)
+    torch.testing.assert_close(rewritten(indices, table, mode=mode, per_sample_weights=weights),
+                               F.embedding_bag(indices, table, mode=mode, per_sample_weights=weights))
+
+
+class _WeightedTaps(torch.nn.Module):
+    """Kimi-K2.5's position embeddings: interpolation taps gathered and weighted by ``F.embedding_bag``."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(16, 4))
+
+    def forward(self, taps, weights):
+        return {"y": torch.nn.functional.embedding_bag(taps, self.table, per_sample_weights=weights, mode="sum")}
+
+
+def test_weighted_bags_run_on_executorch():
+    """``_embedding_bag`` has no portable kernel (0x14 at load); the bags as gathers and sums run as eager, at
+    another number of bags too."""
+    torch.manual_seed(0)
+    model = _WeightedTaps().eval()
+
+    def sample(bags):
+        return {"taps": torch.randint(0, 16, (bags, 4)), "weights": torch.rand(bags, 4)}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnboundedDimWarning)
+        manager = ExecutorchExporter().export(model, sample(6), config=ExecutorchConfig(dynamic=True))
+    for bags in (6, 9):
+        inputs = sample(bags)
         comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=ATOL, rtol=RTOL)
         assert comparison.ok, str(comparison)
