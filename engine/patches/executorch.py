@@ -383,6 +383,28 @@ def _patch_view_planned_at_its_base_capacity(original):
     return call
 
 
+@register_patch("executorch", "executorch.exir.program._program.lift_constant_tensor_pass", requires=EXECUTORCH_RANGE)
+def _patch_lifted_constants_in_placeholder_order(original):
+    """Pattern: a program whose first user input is a constant (a ``None`` leaf: the generation components of Gemma 3
+    and Inkling take ``attention_mask`` as a dict of masks, some of them ``None``). ``to_edge`` lifts constant
+    tensors to placeholders inserted before the first *tensor* user input of the graph, but their input specs
+    before the first user input *spec*, the constant one; the two orders then disagree and the verifier fails
+    ("Input spec name _lifted_tensor_constant5 does not match node name attention_mask_full_attention"). The specs
+    are put back in the placeholders' order (a permutation that keeps every user input's own order).
+    TODO(upstream): no issue found (executorch/exir/program/_program.py ``lift_constant_tensor_pass``, 1.5.1)."""
+
+    def lift_constant_tensor_pass(ep):
+        ep = original(ep)
+        specs = ep.graph_signature.input_specs
+        names = [n.name for n in ep.graph.nodes if n.op == "placeholder"]
+        by_name = {getattr(spec.arg, "name", None): spec for spec in specs}
+        if [getattr(spec.arg, "name", None) for spec in specs] != names and sorted(by_name, key=str) == sorted(names):
+            ep.graph_signature.input_specs = [by_name[name] for name in names]
+        return ep
+
+    return lift_constant_tensor_pass
+
+
 #: ops that give their first argument's values (a device/dtype no-op when the dtype is unchanged)
 _SAME_VALUE_OPS = ("aten.to.device", "aten.to.dtype", "aten.to.dtype_layout", "aten._to_copy.default",
                    "aten.clone.default", "aten.alias.default", "aten.detach.default")

@@ -467,3 +467,27 @@ def test_weighted_bags_run_on_executorch():
         inputs = sample(bags)
         comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=ATOL, rtol=RTOL)
         assert comparison.ok, str(comparison)
+
+
+class _ConstantFirst(torch.nn.Module):
+    """Gemma 3's generation components: a first user input that is a constant (its ``attention_mask`` dict of
+    ``None`` masks), and a constant tensor built in forward, which ``to_edge`` lifts to a placeholder."""
+
+    def forward(self, attention_mask, x):
+        scaled = torch.where(x > 0, x, torch.full_like(x, 0.5)) * torch.tensor([2.0, 3.0, 4.0])
+        return {"y": scaled + (attention_mask["full_attention"] is None)}
+
+
+def test_lifted_constants_follow_a_constant_first_input():
+    """``to_edge`` put the lifted constant's spec before the constant input's and its placeholder after it: the
+    verifier refused the program ("Input spec name _lifted_tensor_constant0 does not match node name ...").
+    With the specs in the placeholders' order it lowers and runs as eager."""
+    model = _ConstantFirst().eval()
+    masks = {"full_attention": None, "sliding_attention": None}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnboundedDimWarning)
+        manager = ExecutorchExporter().export(model, {"attention_mask": masks, "x": torch.randn(4, 3)},
+                                              config=ExecutorchConfig(dynamic=True))
+    inputs = {"attention_mask": masks, "x": torch.randn(6, 3)}
+    comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
