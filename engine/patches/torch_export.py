@@ -574,7 +574,7 @@ def _patch_size_modulo_a_unit_fraction(original):
 def divides_every_integer(divisor) -> bool:
     """Whether ``divisor`` is a float ``1/k`` with ``k`` a power of two (exact in binary floating point), so that
     ``n % divisor == 0.0`` for every integer ``n`` (``1/3`` is not exact: ``1 % (1/3)`` is ``0.333...``)."""
-    if not isinstance(divisor, float) or not 0 < divisor <= 1:
+    if not isinstance(divisor, float) or not 2.0**-52 <= divisor <= 1:  # 1/divisor finite and an exact integer
         return False
     k = round(1 / divisor)
     return k & (k - 1) == 0 and 1 / k == divisor
