@@ -19,13 +19,12 @@ expression changes; a function without the pattern is returned as it is.
 from __future__ import annotations
 
 import ast
-import inspect
 import math
-import textwrap
 from collections.abc import Callable
 
 import torch
 
+from engine.source_rewrite import recompiled
 from engine.stacked_rows import RaggedRows
 
 _HELPER = "__split_rows_by_counts__"
@@ -138,26 +137,4 @@ def rewrite_split_by_tolist(fn: Callable) -> Callable:
     """``fn`` (a function or method, decorators included) recompiled from its source with every per-sample split
     by ``.tolist()`` replaced by :func:`split_rows_by_counts` or a :class:`RaggedRows` of the split tensor and its
     counts; ``fn`` itself where its source has none."""
-    raw = inspect.unwrap(fn)
-    try:
-        lines, first = inspect.getsourcelines(raw)
-    except (OSError, TypeError):
-        return fn
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    rewrite = _SplitByTolist()
-    tree = rewrite.visit(tree)
-    if not rewrite.matched or raw.__code__.co_freevars:  # nothing to rewrite; or a closure (super()) we can't rebind
-        return fn
-    func = tree.body[0]
-    # def __make__(<helpers>): <fn's def, decorators included>; return <fn>  - the helpers are closure variables,
-    # so the recompiled function reads the module's live globals and nothing is added to the module
-    maker = ast.FunctionDef(
-        name="__make__", args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=_HELPER), ast.arg(arg=_RAGGED)],
-                                            kwonlyargs=[], kw_defaults=[], defaults=[]),
-        body=[func, ast.Return(value=ast.Name(id=func.name, ctx=ast.Load()))], decorator_list=[], returns=None,
-        type_params=[])
-    module = ast.fix_missing_locations(ast.Module(body=[maker], type_ignores=[]))
-    ast.increment_lineno(module, first - 1)  # tracebacks point into the model's own file
-    namespace: dict = {}
-    exec(compile(module, inspect.getsourcefile(raw) or "<rewritten>", "exec"), raw.__globals__, namespace)  # noqa: S102
-    return namespace["__make__"](split_rows_by_counts, RaggedRows)
+    return recompiled(fn, _SplitByTolist(), {_HELPER: split_rows_by_counts, _RAGGED: RaggedRows})

@@ -9,13 +9,12 @@ import builtins
 import functools
 import inspect
 import math
-import textwrap
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from engine.patches.registry import register_patch, swap_attributes
+from engine.source_rewrite import recompiled
 from engine.split_by_counts import rewrite_split_by_tolist
 from engine.stacked_rows import StackedRows
 
@@ -730,25 +729,6 @@ def _patch_descending_positions_as_arange(original):
     return _prepare_attention_mask
 
 
-def _recompiled(fn: Callable, transformer: ast.NodeTransformer) -> Callable:
-    """``fn`` recompiled from its source through ``transformer`` (decorators included, in its module's globals, its
-    file and line numbers kept for tracebacks); ``fn`` itself where the transformer matched nothing or ``fn`` is a
-    closure (``super()``), which a recompiled copy could not rebind."""
-    raw = inspect.unwrap(fn)
-    try:
-        lines, first = inspect.getsourcelines(raw)
-    except (OSError, TypeError):
-        return fn
-    tree = transformer.visit(ast.parse(textwrap.dedent("".join(lines))))
-    if not getattr(transformer, "matched", 0) or raw.__code__.co_freevars:
-        return fn
-    module = ast.fix_missing_locations(tree)
-    ast.increment_lineno(module, first - 1)
-    namespace: dict = {}
-    exec(compile(module, inspect.getsourcefile(raw) or "<rewritten>", "exec"), raw.__globals__, namespace)  # noqa: S102
-    return namespace[tree.body[0].name]
-
-
 class _SizeDivisionAsFloorDivision(ast.NodeTransformer):
     """``torch.div(a, b, rounding_mode="trunc"|"floor")`` -> ``a // b`` (for functions whose operands are sizes:
     non-negative ints, where the three agree)."""
@@ -821,9 +801,9 @@ def _patch_window_padding_without_its_branch(original):
     traced at a multiple the rest), by torch's layout probe of the sliced-off padding (``pad != 0``,
     pytorch/pytorch#165032); the refusal names the guard (tests/engine/test_global_token_attention.py).
     No upstream issue found for the branch."""
-    recompiled = _recompiled(original, _ZeroPaddingBranchTaken())
-    if original.__name__ != "_pad_to_window_size" or recompiled is original:
-        return recompiled
+    rewritten = recompiled(original, _ZeroPaddingBranchTaken())
+    if original.__name__ != "_pad_to_window_size" or rewritten is original:
+        return rewritten
 
     signature = inspect.signature(original)
 
@@ -834,7 +814,7 @@ def _patch_window_padding_without_its_branch(original):
         for name in ("attention_mask", "token_type_ids", "position_ids"):
             if tokens is not None and bound.get(name) is not None:
                 torch._check(bound[name].shape[1] == tokens.shape[1])
-        return recompiled(*args, **kwargs)
+        return rewritten(*args, **kwargs)
 
     return _pad_to_window_size
 
@@ -849,7 +829,7 @@ def _patch_window_counts_as_integer_division(original):
     two sizes returns a 0-d tensor, a view or ``new_zeros`` sized by it reads it back with ``.item()``, and the size
     is data to torch.export (``Eq(u1, 1)`` in the view's strides). The same quotient as an integer division of the
     sizes stays a symbolic size. No upstream issue found."""
-    return _recompiled(original, _SizeDivisionAsFloorDivision())
+    return recompiled(original, _SizeDivisionAsFloorDivision())
 
 
 @register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}._chunk" for m, c in _GLOBAL_TOKEN_CLASSES))

@@ -356,7 +356,10 @@ def _fix_squeeze_of_non_unit_dims(gm: torch.fx.GraphModule, node: torch.fx.Node)
     ``U`` of 8: a no-op in torch (a dim that is not 1 is kept), but torchlib exports it as ``Squeeze(axes=[2])``,
     which the ONNX spec rejects for a non-1 dim, so onnxruntime refuses the model at load ("Dimension of input 2 must
     be 1 instead of 8"). The dims whose size is known not to be 1 (an integer, or a symbolic size ranged from 2) are
-    dropped from the squeeze (the node is a copy of its input where none is left); others are left to the squeeze. Upstream: pytorch/pytorch#36796."""
+    dropped from the squeeze (the node is a copy of its input where none is left); others are left to the squeeze.
+    Upstream: pytorch/pytorch#36796."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
     aten = torch.ops.aten
     if node.op != "call_function" or node.target not in (aten.squeeze.dim, aten.squeeze.dims):
         return False
@@ -365,8 +368,6 @@ def _fix_squeeze_of_non_unit_dims(gm: torch.fx.GraphModule, node: torch.fx.Node)
     if not isinstance(val, torch.Tensor) or val.dim() == 0:
         return False
     dims = [dims] if isinstance(dims, int) else list(dims)
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-
     kept = [d for d in dims if not statically_known_true(val.shape[d] != 1)]
     if len(kept) == len(dims):
         return False

@@ -576,4 +576,3 @@ def test_audio_chunks_padded_by_gather_export_for_any_lengths():
         got = list(run_exported(program, inputs).values())
         for a, b in zip(got, expected):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
-
