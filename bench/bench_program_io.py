@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp())
-    print(f"| model | save torch | save ours | ratio | load torch | load ours | ratio |\n|---|---|---|---|---|---|---|")
+    print("| model | save torch | save ours | ratio | load torch | load ours | ratio |\n|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         case = build_case(name)
         with warnings.catch_warnings():

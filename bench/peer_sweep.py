@@ -16,7 +16,6 @@ the sweep rows, a stricter test). Our side is read from a sweep row file of the 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import Counter

@@ -17,7 +17,6 @@ import collections
 import json
 import os
 import select
-import statistics
 import subprocess
 import sys
 import time

@@ -44,6 +44,23 @@ logger = logging.getLogger("engine")
 SAMPLE_TOLERANCE = 1e-4
 
 
+@contextlib.contextmanager
+def stack_traces_as_configured(config: DynamoConfig):
+    """With ``config.stack_traces=False``, no trace inside records a node's Python stack: torch.fx captures and
+    symbolizes one per traced node otherwise, and a retrace (ExecuTorch's lowering passes) captures one for every
+    node that has none. A torch without the switch traces as before."""
+    fx_config = torch.fx.config
+    if config.stack_traces or not hasattr(fx_config, "do_not_emit_stack_traces"):
+        yield
+        return
+    before = fx_config.do_not_emit_stack_traces
+    fx_config.do_not_emit_stack_traces = True
+    try:
+        yield
+    finally:
+        fx_config.do_not_emit_stack_traces = before
+
+
 class DynamoExporter:
     """Export any ``nn.Module`` (a transformers ``PreTrainedModel`` included) with ``torch.export``.
 
@@ -152,6 +169,7 @@ class DynamoExporter:
             # ── 2e: Model state clean-up, around torch.export ───────────────────────────────────────────────
             # Attributes and buffers the trace leaves as FakeTensors are restored on exit.
             stack.enter_context(restore_module_state(model))
+            stack.enter_context(stack_traces_as_configured(config))
 
             with fake_dispatch_cache_off_while_tracing():
                 program = self.export_program(model, inputs, dynamic_shapes, config)

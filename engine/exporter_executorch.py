@@ -27,7 +27,7 @@ import torch
 from engine.artifact_meta import META_METHOD
 from engine.configs import ExecutorchConfig
 from engine.errors import ConfigError, ExportStageError, MissingDependencyError, require
-from engine.exporter_dynamo import DynamoExporter
+from engine.exporter_dynamo import DynamoExporter, stack_traces_as_configured
 from engine.dim_bounds import DimLimits, bound_dynamic_dims
 from engine.executorch_lowering import lower
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches
@@ -144,7 +144,7 @@ class ExecutorchExporter(DynamoExporter):
 
         # no_grad: lowering passes re-run ops, and a program updating a cache in place (StaticCache) would trip
         # autograd's "leaf Variable that requires grad is used in an in-place operation" check
-        with apply_patches("executorch"), torch.no_grad():
+        with apply_patches("executorch"), torch.no_grad(), stack_traces_as_configured(config):
             try:
                 # ── Stage 4: Lower: to the edge dialect and the partitioner's delegates ──────────────
                 from executorch.exir import EdgeCompileConfig

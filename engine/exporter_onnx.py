@@ -28,7 +28,7 @@ import engine.patches.torch_export  # noqa: F401  (registers the fixes shared wi
 from engine.artifact_meta import GUARDS_KEY
 from engine.configs import OnnxConfig
 from engine.errors import ConfigError, ExportStageError, require
-from engine.exporter_dynamo import DynamoExporter
+from engine.exporter_dynamo import DynamoExporter, stack_traces_as_configured
 from engine.fake_mode import fake_dispatch_cache_off_while_tracing
 from engine.onnx_io import io_leaf_names, name_graph_io, save_onnx
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches
@@ -121,7 +121,7 @@ class OnnxExporter(DynamoExporter):
         apply_fx_program_fixes("onnx", program)
         apply_fx_node_fixes("onnx", program.graph_module)
 
-        with apply_patches("onnx"):
+        with apply_patches("onnx"), stack_traces_as_configured(config):
             # ── Stage 4: Lower: torch.onnx.export with our translations, then the optimizer ─────────
             try:
                 onnx_program = torch.onnx.export(

@@ -286,3 +286,41 @@ def _patch_spec_prop_reuses_the_dim_order_retrace(original):
         return passes
 
     return edge_to_executorch_passes
+
+
+@register_patch("executorch", "torch.fx.graph_module.GraphModule.__new__", requires={**EXECUTORCH_RANGE, "torch": ">=2.4"})
+def _patch_lazy_graph_module_recompiles(original):
+    """Pattern: every ``torch.fx.GraphModule(root, graph)`` an ExecuTorch pass builds, and every ``gm.graph = ...``,
+    recompiles the module on the spot: Python source generated for the whole graph and ``compile()``d, though
+    lowering reads the graph and almost never the code. Each ``ExportPass`` builds at least one per pass, XNNPACK's
+    preprocess 17 per partition, the pass manager recompiles after each pass: lowering a tiny FunnelModel did
+    15,370 recompiles, 44 of its 213 profiled CPU s (a tiny Llama: 2,095, 2.2 of 13.4 s).
+
+    While lowering, a new plain GraphModule is built as torch's own ``_LazyGraphModule`` (what
+    ``torch.fx._lazy_graph_module._use_lazy_graph_module`` gives Inductor): ``recompile()`` only marks it, and the
+    code is generated when the module is first called or its ``code`` is read (pickling, ``print_readable``). The
+    graphs, and so the ``.pte`` bytes, are the same (``bench/bench_executorch.py --check-identical``). GraphModule
+    subclasses (torch.export's stateful module) are built as before. Not an upstream bug: ExecuTorch's passes build
+    GraphModules directly instead of through ``_make_graph_module``; worth an upstream proposal.
+    """
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+    from torch.fx.graph import _PyTreeCodeGen
+    from torch.fx.graph_module import GraphModule
+
+    class LazyGraphModule(_LazyGraphModule):
+        """Also keeps the pytree specs current on ``recompile()``, as ``GraphModule.recompile`` does: torch.export
+        reads ``gm._in_spec`` of a module it never calls (XNNPACK exports its pattern graphs while lowering)."""
+
+        def recompile(self) -> None:
+            codegen = self._graph._codegen
+            if isinstance(codegen, _PyTreeCodeGen):
+                self._in_spec = codegen.pytree_info.in_spec
+                self._out_spec = codegen.pytree_info.out_spec
+            type(self).forward = type(self)._lazy_forward
+
+    def __new__(cls, *args, **kwargs):
+        # GraphModule.__new__ builds a one-off "GraphModuleImpl" subclass per instance; look through those
+        base = next(t for t in cls.__mro__ if t.__qualname__.split(".")[-1] != "GraphModuleImpl")
+        return original(LazyGraphModule if base is GraphModule else cls, *args, **kwargs)
+
+    return staticmethod(__new__)

@@ -160,3 +160,24 @@ def test_a_rounded_up_size_saves_and_loads(tmp_path):
     for length in (5, 6, 7, 9, 12):  # whole windows and partial ones
         x = torch.randn(3, length, 4)
         assert torch.equal(loaded.module()(x=x), _Windows()(x)), length
+
+
+@pytest.mark.skipif(not hasattr(torch.fx.config, "do_not_emit_stack_traces"), reason="torch < 2.14 has no switch")
+def test_stack_traces_off_records_none_and_computes_the_same():
+    """``stack_traces=False`` (what the sweep asks for): no node carries the model's source stack (torch's own
+    runtime-assert pass still stamps its two nodes), the switch is restored after the trace, and the program
+    computes what the recorded one does."""
+    tiny = TINY_MODELS["llama"]
+    model = tiny.model()
+    inputs = tiny.inputs("trace")
+    with_stacks = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True))
+    without = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True, stack_traces=False))
+    def model_stacks(program):
+        return [n for n in program.graph.nodes if "modeling_llama.py" in (n.meta.get("stack_trace") or "")]
+
+    assert model_stacks(with_stacks)
+    assert not model_stacks(without)
+    assert torch.fx.config.do_not_emit_stack_traces is False
+    run_inputs = tiny.inputs("run", seed=1)
+    comparison = compare_leaves(run_exported(with_stacks, run_inputs), run_exported(without, run_inputs), atol=0, rtol=0)
+    assert comparison.ok, str(comparison)

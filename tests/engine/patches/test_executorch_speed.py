@@ -82,7 +82,7 @@ def test_edge_operator_passes_fuse_in_order_and_a_re_entering_pass_starts_a_grou
 
 @pytest.mark.parametrize(
     "patch", ["_patch_edge_dtype_check_from_meta", "_patch_fused_edge_passes", "_patch_partition_legalize_without_child_recompiles",
-              "_patch_spec_prop_reuses_the_dim_order_retrace"]
+              "_patch_spec_prop_reuses_the_dim_order_retrace", "_patch_lazy_graph_module_recompiles"]
 )
 def test_lowering_speed_patch_leaves_the_bytes_unchanged(patch):
     from engine.patches import patch_disabled
@@ -90,3 +90,45 @@ def test_lowering_speed_patch_leaves_the_bytes_unchanged(patch):
     with_patch = pte_bytes_with_every_patch()  # (outside the block: the cache must hold the patched bytes)
     with patch_disabled("executorch", patch):
         assert pte_bytes() == with_patch
+
+
+def test_graph_modules_built_while_lowering_compile_their_code_when_first_called(monkeypatch):
+    """Under the patch a plain GraphModule generates no code when built or recompiled, only when called (and then
+    computes what the graph does); its pytree specs are current without a call (torch.export reads them); a
+    GraphModule subclass is built as before; the original constructor is back after the block; and lowering
+    recompiles far less."""
+    from torch.fx.graph_module import GraphModule
+
+    from engine.patches import apply_patches, patch_disabled
+
+    class Stateful(GraphModule):
+        pass
+
+    traced = torch.fx.symbolic_trace(_SigmoidAdd())
+    pytree_traced = torch.export.export(_SigmoidAdd(), (torch.ones(2), torch.ones(2))).module()
+    compiled = []
+    real_recompile = GraphModule.recompile
+    monkeypatch.setattr(GraphModule, "recompile", lambda self: compiled.append(1) or real_recompile(self))
+    with apply_patches("executorch"):
+        lazy = torch.fx.GraphModule(traced, traced.graph)
+        lazy.recompile()
+        assert not compiled
+        x, y = torch.randn(3), torch.randn(3)
+        assert torch.equal(lazy(x, y), torch.sigmoid(x) + y) and len(compiled) == 1
+        respecced = torch.fx.GraphModule(pytree_traced, pytree_traced.graph)
+        assert respecced._in_spec == pytree_traced._in_spec and respecced._out_spec == pytree_traced._out_spec
+        compiled.clear()
+        Stateful(traced, traced.graph)
+        assert compiled  # a subclass compiles as it is built
+    compiled.clear()
+    torch.fx.GraphModule(traced, traced.graph)
+    assert compiled
+
+    pte_bytes()  # first-use exports of XNNPACK's pattern graphs: not counted
+    compiled.clear()
+    pte_bytes()
+    with_patch = len(compiled)
+    compiled.clear()
+    with patch_disabled("executorch", "_patch_lazy_graph_module_recompiles"):
+        pte_bytes()
+    assert with_patch < len(compiled) / 2
