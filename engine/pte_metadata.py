@@ -89,8 +89,9 @@ def drop_none_outputs(program: torch.export.ExportedProgram) -> bool:
     traced order: transformers 5.24's ``image_outputs`` (AyaVision, QianfanOCR) traced as ``[A, None, None, B, C]``
     came out as ``[A, X, None, None, C]``, so names read from the out_spec landed on other tensors
     (``hidden_states.2`` missing, ``pooler_output`` with another tensor's shape). Without the ``None`` outputs the
-    lowered order is the traced one. Upstream: TODO, no ExecuTorch issue found; a minimal repro is still to be
-    made (a small module with the same output structure keeps its order)."""
+    lowered order is the traced one. Likely the same cause as :func:`engine.pytree.in_field_order` (a ModelOutput
+    field set after construction, re-flattened in declaration order by the lowering), which the trace now avoids;
+    kept as it also spares the runtime its constant outputs."""
     import torch.utils._pytree as pytree
     from torch.export.graph_signature import OutputKind, TensorArgument
 

@@ -269,6 +269,29 @@ def register_pytree_nodes(*objects: Any) -> list[type]:
     return new
 
 
+def in_field_order(obj: Any) -> Any:
+    """``obj`` with every ``ModelOutput`` in it (nested in tuples, lists and other ModelOutputs) holding its keys in
+    the order unflattening rebuilds them: its fields' declaration order.
+
+    Pattern: a ModelOutput keeps its keys in insertion order, and a field set after construction goes last
+    (Chameleon's ``get_image_features`` sets ``pooler_output`` on the VQ-VAE's output), while pytree's unflatten
+    (transformers' ``_model_output_unflatten``: ``cls(**dict(zip(keys, values)))``) rebuilds it in declaration
+    order. A program traced with the first order and re-flattened by a pass that unflattens its outputs
+    (ExecuTorch's lowering) came back in the second, so its outputs no longer matched the names of its out-spec.
+    Traced in declaration order, the round trip is the identity. Upstream: TODO, no transformers issue found on
+    the flatten/unflatten round trip of ModelOutput."""
+    if isinstance(obj, ModelOutput):
+        items = {key: in_field_order(value) for key, value in obj.items()}
+        declared = [f.name for f in dataclasses.fields(obj) if f.name in items] if dataclasses.is_dataclass(obj) else None
+        if (declared is None or list(items) == declared) and all(items[key] is obj[key] for key in items):
+            return obj
+        return type(obj)(**items)
+    if type(obj) in (tuple, list):
+        values = [in_field_order(value) for value in obj]
+        return obj if all(a is b for a, b in zip(values, obj)) else type(obj)(values)
+    return obj
+
+
 # ─── Naming and mapping ──────────────────────────────────────────────────────────────────────
 
 def children(obj: Any) -> list[tuple[str, Any]] | None:

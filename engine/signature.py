@@ -21,20 +21,21 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 from engine.patches.registry import swap_attributes
-from engine.pytree import is_cache_object, iter_leaf_tensors
+from engine.pytree import in_field_order, is_cache_object, iter_leaf_tensors
 
 _SKIP_ATTRS = frozenset({"_parameters", "_buffers", "_modules", "training"})
 
 
 @contextlib.contextmanager
 def flat_forward(model: torch.nn.Module, input_names: list[str], flags: dict[str, Any]) -> Iterator[None]:
-    """Give ``model`` an explicit ``forward(<input_names>)`` that calls the original with ``**flags`` bound."""
+    """Give ``model`` an explicit ``forward(<input_names>)`` that calls the original with ``**flags`` bound, and
+    returns its ModelOutputs with their keys in declaration order (:func:`engine.pytree.in_field_order`)."""
     original = model.forward
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         bound = dict(zip(input_names, args))
         bound.update(kwargs)
-        return original(**bound, **flags)
+        return in_field_order(original(**bound, **flags))
 
     forward.__signature__ = inspect.Signature(
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in input_names]

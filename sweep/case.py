@@ -103,7 +103,8 @@ def _config(spec: dict[str, Any]) -> dict[str, Any]:
 def generation_config(spec: dict[str, Any], length: int | None = None) -> dict[str, Any]:
     """The export config of a generation case: the export cases' backend settings (the ONNX optimiser switch of
     ``onnx_disable_optimize.yaml``), always with dynamic shapes. On ExecuTorch, ``max_seq_len`` is the ``length``
-    the generation reaches (prompt plus new tokens: eager generate()'s output), as an ExecuTorch LLM export states
+    the generation reaches (prompt plus new tokens: eager generate()'s output, plus the positions the prefill caches
+    before the prompt: GIT's image tokens), as an ExecuTorch LLM export states
     its context length, not the export cases' bound: the cache grows past the prompt, and without it the memory
     budget may lower the cache's bound below what the generation needs (Aria's 131-token image prompt got 138
     where the last step needs 139)."""
@@ -165,6 +166,22 @@ def _set_decoder_start_token(model: torch.nn.Module, result: dict[str, Any]) -> 
     result["note"] = f"no decoder start token configured: used {start} (the pad token, T5's convention)"
 
 
+def _cached_positions_before_the_prompt(model: torch.nn.Module, inputs: dict[str, Any]) -> int:
+    """How many more positions a decoder's prefill caches than the prompt has ids: the image tokens GIT prepends to
+    the text. 0 for an encoder-decoder (its decoder starts from the start token), a cache holding the prompt only,
+    or a forward that cannot run on the prompt alone or returns no cache (generate() then says what it needs)."""
+    ids = inputs.get("input_ids")
+    if ids is None or getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        return 0
+    try:
+        with torch.no_grad():
+            cache = getattr(model(**copy.deepcopy(inputs), use_cache=True), "past_key_values", None)
+        cached = int(cache.get_seq_length()) if cache is not None else 0
+    except Exception:  # only a bound hint: the prompt-plus-tokens length stands
+        return 0
+    return max(0, cached - ids.shape[-1])
+
+
 def _run_generation(spec: dict[str, Any], case: Any, enter: Callable[[str], None], result: dict[str, Any]) -> None:
     """Greedy tokens of ``engine.generate`` over the exported components against eager ``generate``."""
     from engine import AutoExporter, AutoExportConfig, generate, generation_position_ids
@@ -177,7 +194,10 @@ def _run_generation(spec: dict[str, Any], case: Any, enter: Callable[[str], None
         expected = case.model.generate(**copy.deepcopy(inputs), do_sample=False, num_beams=1, num_return_sequences=1,
                                        max_new_tokens=GENERATE_TOKENS)
     enter("export")
-    config = AutoExportConfig.from_dict(generation_config(spec, length=expected.shape[-1]))
+    length = expected.shape[-1]
+    if spec["backend"] == "executorch":  # the context the cache bound must hold
+        length += _cached_positions_before_the_prompt(case.model, inputs)
+    config = AutoExportConfig.from_dict(generation_config(spec, length=length))
     components = AutoExporter.from_config(config).export_for_generation(case.model, inputs, config=config)
     result["components"] = sorted(components)
     enter("run")

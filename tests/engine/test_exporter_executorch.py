@@ -7,6 +7,7 @@ for XNNPACK fp32 (should one need it, give it here with the reason).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 import warnings
@@ -26,6 +27,7 @@ from engine import (
     run_exported,
 )
 from engine.compare import compare_leaves
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 from tests.engine.tiny_models import TINY_MODELS, eager_leaves
 
 pytest.importorskip("executorch", reason="the executorch extra is not installed")
@@ -229,6 +231,43 @@ def test_none_outputs_are_left_out_of_the_lowered_program_and_every_tensor_keeps
     path = ExecutorchExporter.save(manager, tmp_path / "none_fields.pte")
     comparison = compare_leaves(eager_leaves(model, x), run_exported(path, x), atol=ATOL, rtol=RTOL)
     assert comparison.ok and len(comparison.leaves) == 3, str(comparison)
+
+
+@dataclasses.dataclass
+class _TokensOutput(BaseModelOutputWithPooling):
+    tokens: torch.Tensor | None = None
+    loss: torch.Tensor | None = None
+
+
+class _PoolerSetLast(torch.nn.Module):
+    """Chameleon's get_image_features: a field (``pooler_output``) set on a ModelOutput after it was built."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.emb = torch.nn.Embedding(10, 3)
+
+    def forward(self, x):
+        h = self.lin(x)
+        tokens = h.argmin(-1)
+        out = _TokensOutput(last_hidden_state=h, tokens=tokens, loss=(h**2).mean())
+        out.pooler_output = self.emb(tokens)
+        return out
+
+
+def test_a_model_output_field_set_after_construction_keeps_its_name(monkeypatch):
+    """The lowering re-flattens a ModelOutput's outputs in declaration order: traced in insertion order, the .pte's
+    ``pooler_output`` came back holding another field's tensor. Traced in declaration order, every leaf matches."""
+    import engine.signature
+
+    model, x = _PoolerSetLast().eval(), {"x": torch.randn(2, 5, 4)}
+    manager = ExecutorchExporter().export(model, x, config=ExecutorchConfig(dynamic=True))
+    other = {"x": torch.randn(3, 7, 4)}
+    comparison = compare_leaves(eager_leaves(model, other), run_exported(manager, other), atol=ATOL, rtol=RTOL)
+    assert comparison.ok and len(comparison.leaves) == 4, str(comparison)
+    monkeypatch.setattr(engine.signature, "in_field_order", lambda outputs: outputs)
+    unordered = ExecutorchExporter().export(model, x, config=ExecutorchConfig(dynamic=True))
+    assert not compare_leaves(eager_leaves(model, other), run_exported(unordered, other), atol=ATOL, rtol=RTOL).ok
 
 
 def test_experts_of_a_sub_model_are_set_where_the_composite_cannot():

@@ -238,3 +238,27 @@ def test_a_standalone_cache_output_exports():
     got, expected = run_exported(program, other), get_leaf_tensors(model(**other))
     assert list(got) == list(expected) == ["out", "cache.buckets_cache.0", "cache.states_cache.0"]
     assert all(torch.equal(got[k], expected[k]) for k in expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.permutations(["last_hidden_state", "pooler_output", "hidden_states", "attentions"]), st.integers(1, 4))
+def test_model_outputs_in_field_order_survive_an_unflatten_round_trip(order, count):
+    """Fields set in any insertion order: in declaration order, flatten(unflatten(flatten(x))) is flatten(x), which
+    transformers' own unflatten does not give for the insertion order; names and values are kept."""
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    from engine.pytree import in_field_order
+
+    output = BaseModelOutputWithPooling()
+    for i, name in enumerate(order[:count]):
+        output[name] = torch.full((1,), float(i))
+    def round_trips(tree) -> bool:
+        leaves, spec = pytree.tree_flatten(tree)
+        return all(a is b for a, b in zip(pytree.tree_flatten(pytree.tree_unflatten(leaves, spec))[0], leaves))
+
+    declared = [f for f in BaseModelOutputWithPooling.__dataclass_fields__ if f in output]
+    assert round_trips(output) == (list(output.keys()) == declared)  # the bug: only declaration order survives
+    ordered = in_field_order((output, [output]))
+    assert round_trips(ordered)
+    assert list(ordered[0].keys()) == declared and list(ordered[1][0].keys()) == declared
+    assert all(ordered[0][k] is output[k] for k in output) and len(ordered[0]) == len(output)

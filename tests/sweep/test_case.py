@@ -92,3 +92,18 @@ def test_a_decoder_whose_generate_reads_the_start_token_gets_the_pad():
     plain = build_case("GPT2LMHeadModel", seed=0)
     _set_decoder_start_token(plain.model, {})
     assert plain.model.generation_config.decoder_start_token_id is None
+
+
+def test_an_executorch_generation_bound_counts_the_positions_a_prefill_caches_before_the_prompt():
+    """GIT prepends its image tokens to the text in the cache, so prompt plus new tokens undercounts the context its
+    ExecuTorch cache bound must hold; a text-only decoder and an encoder-decoder add nothing."""
+    from sweep.case import _cached_positions_before_the_prompt, generation_inputs
+    from sweep.zoo.build import build_case
+
+    git = build_case("GitForCausalLM", seed=0)
+    image_tokens = _cached_positions_before_the_prompt(git.model, generation_inputs(git.inputs))
+    vision = git.model.config.vision_config
+    assert image_tokens == (vision.image_size // vision.patch_size) ** 2 + 1  # patches and the class token
+    for name in ("GPT2LMHeadModel", "T5ForConditionalGeneration"):
+        case = build_case(name, seed=0)
+        assert _cached_positions_before_the_prompt(case.model, generation_inputs(case.inputs)) == 0
