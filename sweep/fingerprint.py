@@ -186,9 +186,11 @@ def model_digest(class_name: str) -> str:
 
     where = getattr(transformers, "_class_to_module", {}).get(class_name)
     module = f"transformers.{where}" if where else None
-    if module is None:  # a class the lazy index does not name: import it to learn its module
+    if module is None:  # a class the lazy index does not name: find it as the zoo does, to learn its module
+        from sweep.zoo.build import model_class
+
         try:
-            module = getattr(transformers, class_name).__module__
+            module = model_class(class_name).__module__
         except Exception as e:  # noqa: BLE001 - any import failure leaves the part unknown, never guessed
             return f"unknown: transformers does not place {class_name} ({type(e).__name__})"
     return closure_digest(module, _transformers_search_path(), "transformers")

@@ -74,8 +74,11 @@ def model_class(name: str) -> type:
         raise as_missing_dependency(name, exc) from exc
     except AttributeError:
         record = catalog.record(name)
-        for model_type in record.all_model_types:
-            module_name = f"transformers.models.{model_type.replace('-', '_')}.modeling_{model_type.replace('-', '_')}"
+        module_names = [f"transformers.models.{t.replace('-', '_')}.modeling_{t.replace('-', '_')}" for t in record.all_model_types]
+        config_class = getattr(transformers, record.config_class, None) if record.config_class else None
+        if config_class is not None:  # a sub-config's type (voxtral_realtime_text) lives in its parent's modeling file
+            module_names.append(config_class.__module__.replace(".configuration_", ".modeling_"))
+        for module_name in module_names:
             try:
                 module = importlib.import_module(module_name)
             except ImportError:

@@ -181,3 +181,13 @@ def test_an_unplaceable_class_is_never_reusable():
     parts = fp.fingerprint_parts({**SPEC, "model": "NoSuchModelAnywhere"}, dict(SETTINGS))
     assert parts["model"].startswith("unknown") and not fp.reusable(parts)
     assert fp.reusable(fp.fingerprint_parts(dict(SPEC), dict(SETTINGS)))
+
+
+def test_a_class_transformers_does_not_export_is_placed_where_the_zoo_finds_it():
+    """VoxtralRealtimeTextModel is in an auto mapping but not in transformers' namespace: its part is its own
+    modeling module's import closure, as for any class, so its rows are reusable."""
+    import transformers
+
+    assert not hasattr(transformers, "VoxtralRealtimeTextModel")
+    module = "transformers.models.voxtral_realtime.modeling_voxtral_realtime"
+    assert fp.model_digest("VoxtralRealtimeTextModel") == fp.closure_digest(module, fp._transformers_search_path(), "transformers")
