@@ -104,10 +104,9 @@ def generation_config(spec: dict[str, Any], length: int | None = None) -> dict[s
     """The export config of a generation case: the export cases' backend settings (the ONNX optimiser switch of
     ``onnx_disable_optimize.yaml``), always with dynamic shapes. On ExecuTorch, ``max_seq_len`` is the ``length``
     the generation reaches (prompt plus new tokens: eager generate()'s output, plus the positions the prefill caches
-    before the prompt: GIT's image tokens), as an ExecuTorch LLM export states
-    its context length, not the export cases' bound: the cache grows past the prompt, and without it the memory
-    budget may lower the cache's bound below what the generation needs (Aria's 131-token image prompt got 138
-    where the last step needs 139)."""
+    before the prompt: GIT's image tokens), as an ExecuTorch LLM export states its context length, not the export
+    cases' bound: the cache grows past the prompt, and without it the memory budget may lower the cache's bound
+    below what the generation needs (Aria's 131-token image prompt got 138 where the last step needs 139)."""
     config = {**_config(spec), "dynamic": True}
     config.pop("max_seq_len", None)
     if spec["backend"] == "executorch" and length is not None:

@@ -64,12 +64,13 @@ def test_generation_exports_with_the_export_cases_onnx_settings():
     from sweep.case import generation_config
 
     onnx = generation_config({"backend": "onnx", "shapes": "generate", "onnx_disable_optimize": True})
-    assert onnx == {"export_format": "onnx", "dynamic": True, "optimize": False}
+    assert onnx == {"export_format": "onnx", "dynamic": True, "stack_traces": False, "optimize": False}
     # the cache outgrows the export cases' sequence bound (a multimodal prompt alone can be longer)
-    assert generation_config({"backend": "executorch", "shapes": "generate"}) == {"export_format": "executorch", "dynamic": True}
+    assert generation_config({"backend": "executorch", "shapes": "generate"}) == {
+        "export_format": "executorch", "dynamic": True, "stack_traces": False}
     # ... so it is bounded at the length the generation reaches, as an ExecuTorch LLM export states its context
     assert generation_config({"backend": "executorch", "shapes": "generate"}, length=139) == {
-        "export_format": "executorch", "dynamic": True, "max_seq_len": 139}
+        "export_format": "executorch", "dynamic": True, "stack_traces": False, "max_seq_len": 139}
     assert "max_seq_len" not in generation_config({"backend": "dynamo", "shapes": "generate"}, length=139)
 
 
