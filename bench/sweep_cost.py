@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -31,12 +30,13 @@ BACKENDS = ("eager", "dynamo", "onnx", "executorch")
 def strata() -> dict[str, list[str]]:
     """Each catalogued class under its first task mapping (sorted labels), in stable-hash order."""
     from sweep.zoo import catalog
+    from sweep.zoo.sample import stable_key
 
     by_stratum: dict[str, list[str]] = collections.defaultdict(list)
     for name in catalog.all_classes():
         labels = sorted(catalog.mappings_of(name))
         by_stratum[labels[0] if labels else "-"].append(name)
-    return {label: sorted(names, key=lambda n: hashlib.sha1(n.encode()).hexdigest()) for label, names in by_stratum.items()}
+    return {label: sorted(names, key=stable_key) for label, names in by_stratum.items()}
 
 
 def allocate(sizes: dict[str, int], size: int) -> dict[str, int]:

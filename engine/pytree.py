@@ -282,10 +282,9 @@ def in_field_order(obj: Any) -> Any:
     the flatten/unflatten round trip of ModelOutput."""
     if isinstance(obj, ModelOutput):
         items = {key: in_field_order(value) for key, value in obj.items()}
-        declared = [f.name for f in dataclasses.fields(obj) if f.name in items] if dataclasses.is_dataclass(obj) else None
-        if (declared is None or list(items) == declared) and all(items[key] is obj[key] for key in items):
-            return obj
-        return type(obj)(**items)
+        fields = dataclasses.fields(obj) if dataclasses.is_dataclass(obj) else ()
+        in_order = not fields or list(items) == [f.name for f in fields if f.name in items]
+        return obj if in_order and all(items[key] is obj[key] for key in items) else type(obj)(**items)
     if type(obj) in (tuple, list):
         values = [in_field_order(value) for value in obj]
         return obj if all(a is b for a, b in zip(values, obj)) else type(obj)(values)

@@ -288,7 +288,8 @@ def _patch_spec_prop_reuses_the_dim_order_retrace(original):
     return edge_to_executorch_passes
 
 
-@register_patch("executorch", "torch.fx.graph_module.GraphModule.__new__", requires={**EXECUTORCH_RANGE, "torch": ">=2.4"})
+@register_patch("executorch", "torch.fx.graph_module.GraphModule.__new__",
+                requires={**EXECUTORCH_RANGE, "torch": ">=2.4"})
 def _patch_lazy_graph_module_recompiles(original):
     """Pattern: every ``torch.fx.GraphModule(root, graph)`` an ExecuTorch pass builds, and every ``gm.graph = ...``,
     recompiles the module on the spot: Python source generated for the whole graph and ``compile()``d, though

@@ -74,7 +74,8 @@ def model_class(name: str) -> type:
         raise as_missing_dependency(name, exc) from exc
     except AttributeError:
         record = catalog.record(name)
-        module_names = [f"transformers.models.{t.replace('-', '_')}.modeling_{t.replace('-', '_')}" for t in record.all_model_types]
+        packages = [t.replace("-", "_") for t in record.all_model_types]
+        module_names = [f"transformers.models.{package}.modeling_{package}" for package in packages]
         config_class = getattr(transformers, record.config_class, None) if record.config_class else None
         if config_class is not None:  # a sub-config's type (voxtral_realtime_text) lives in its parent's modeling file
             module_names.append(config_class.__module__.replace(".configuration_", ".modeling_"))

@@ -14,13 +14,14 @@ from sweep.zoo import catalog
 DEFAULT_SIZE = 160
 
 
-def _stable_key(name: str) -> str:
+def stable_key(name: str) -> str:
+    """A class name's place in an order that does not move when other classes are added."""
     return hashlib.sha1(name.encode()).hexdigest()
 
 
 def eager_sample(size: int = DEFAULT_SIZE) -> list[str]:
     """``size`` class names, round-robin over the mappings (each mapping's classes in stable-hash order)."""
-    queues = {label: sorted(names, key=_stable_key) for label, names in catalog.classes_by_mapping().items()}
+    queues = {label: sorted(names, key=stable_key) for label, names in catalog.classes_by_mapping().items()}
     chosen: list[str] = []
     seen: set[str] = set()
     while len(chosen) < size and any(queues.values()):

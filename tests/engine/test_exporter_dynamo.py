@@ -179,5 +179,6 @@ def test_stack_traces_off_records_none_and_computes_the_same():
     assert not model_stacks(without)
     assert torch.fx.config.do_not_emit_stack_traces is False
     run_inputs = tiny.inputs("run", seed=1)
-    comparison = compare_leaves(run_exported(with_stacks, run_inputs), run_exported(without, run_inputs), atol=0, rtol=0)
+    comparison = compare_leaves(run_exported(with_stacks, run_inputs), run_exported(without, run_inputs),
+                                atol=0, rtol=0)
     assert comparison.ok, str(comparison)

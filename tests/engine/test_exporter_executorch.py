@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from engine import (
     AutoExportConfig,
@@ -27,7 +28,6 @@ from engine import (
     run_exported,
 )
 from engine.compare import compare_leaves
-from transformers.modeling_outputs import BaseModelOutputWithPooling
 from tests.engine.tiny_models import TINY_MODELS, eager_leaves
 
 pytest.importorskip("executorch", reason="the executorch extra is not installed")

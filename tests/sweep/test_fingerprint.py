@@ -190,4 +190,5 @@ def test_a_class_transformers_does_not_export_is_placed_where_the_zoo_finds_it()
 
     assert not hasattr(transformers, "VoxtralRealtimeTextModel")
     module = "transformers.models.voxtral_realtime.modeling_voxtral_realtime"
-    assert fp.model_digest("VoxtralRealtimeTextModel") == fp.closure_digest(module, fp._transformers_search_path(), "transformers")
+    expected = fp.closure_digest(module, fp._transformers_search_path(), "transformers")
+    assert fp.model_digest("VoxtralRealtimeTextModel") == expected
