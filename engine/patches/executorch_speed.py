@@ -325,3 +325,109 @@ def _patch_lazy_graph_module_recompiles(original):
         return original(LazyGraphModule if base is GraphModule else cls, *args, **kwargs)
 
     return staticmethod(__new__)
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.backend.canonical_partitioners.group_partitioner.GroupBasedPartitioner._can_merge_partitions",
+    requires=EXECUTORCH_RANGE,
+)
+def _patch_partition_merge_cycle_check_by_intersection(original):
+    """Pattern: XNNPACK's ``GroupBasedPartitioner`` tries to merge every pair of its candidate partitions, and each
+    try asks, for every node outside the pair that uses it, ``any(n in combined_nodes for n in
+    downstreams_of(node))``: a Python loop over that node's whole transitive downstream set (hundreds of nodes)
+    to find one of the few nodes of the pair. A tiny LongcatFlashModel made 34,685 tries and 415 million loop
+    steps: 58 of its 278 profiled CPU s.
+
+    During a try, ``downstreams_of`` answers with the downstream set's intersection with the pair's nodes (a set
+    operation over the smaller set); the original check then loops over that and reaches the same verdict, since
+    a node of the downstream set is in the pair exactly when it is in the intersection. The partitions, and so the
+    ``.pte`` bytes, are the same (``bench/bench_executorch.py --check-identical``).
+    Not an upstream bug: a cost of the check's form (executorch/exir/backend/canonical_partitioners/
+    group_partitioner.py); worth an upstream proposal (``isdisjoint`` in place of ``any``).
+    """
+
+    def _can_merge_partitions(self, p1, p2, partitions_by_id):
+        pair = partitions_by_id[p1].nodes.keys() | partitions_by_id[p2].nodes.keys()
+        viewer = self.dependency_viewer
+        downstreams = viewer.downstreams  # the transitive closure the viewer built
+        viewer.downstreams_of = lambda node: downstreams[node] & pair  # an instance attribute shadows the method
+        try:
+            return original(self, p1, p2, partitions_by_id)
+        finally:
+            del viewer.downstreams_of
+
+    return _can_merge_partitions
+
+
+def _not_rendered(graph_module: torch.fx.GraphModule) -> str:
+    return f"<{type(graph_module).__name__} at {id(graph_module):#x}: not rendered, debug logging is off>"
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.backend.backend_api._create_partitions_in_graph_module",
+    "executorch.exir.backend.backend_api._partition_and_lower_one_graph_module",
+    requires=EXECUTORCH_RANGE,
+)
+def _patch_partition_loop_without_debug_rendering(original):
+    """Pattern: ExecuTorch's partition loops (``backend_api._create_partitions_in_graph_module`` and
+    ``_partition_and_lower_one_graph_module``) log ``logging.debug(f"Partitioned graph module:
+    {tagged_graph_module}")`` after fusing each partition: the f-string is built whether or not debug logging is
+    on, and ``str()`` of a GraphModule generates the Python code of the whole program. With P partitions that is
+    P whole-program code generations: a tiny Sam3LiteTextModel has 135 partitions, 18 of its 139 profiled CPU s.
+
+    While the root logger (the one ``logging.debug`` writes to) is not enabled for DEBUG, the message is discarded,
+    so the program's ``str()`` answers a short placeholder for the duration of the loop; with DEBUG on, the loop
+    runs untouched and logs the full code. Only the partitioned module's own one-off class changes (each
+    GraphModule has one), and it is restored after. Not an upstream bug: eager f-strings in ``logging.debug``
+    (executorch/exir/backend/backend_api.py); worth an upstream proposal (``logging.debug("...%s", gm)``).
+    """
+    import logging
+
+    from engine.patches import swap_attributes
+
+    def partition_loop(tagged_graph_module, *args, **kwargs):
+        own_class = type(tagged_graph_module)
+        if logging.getLogger().isEnabledFor(logging.DEBUG) or own_class.__qualname__.split(".")[-1] != "GraphModuleImpl":
+            return original(tagged_graph_module, *args, **kwargs)
+        with swap_attributes([(own_class, "__str__", _not_rendered)]):
+            return original(tagged_graph_module, *args, **kwargs)
+
+    return partition_loop
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.memory_planning._find_max_overlapping_allocations_offset",
+    requires=EXECUTORCH_RANGE,
+)
+def _patch_memory_planning_allocation_ends_once(original):
+    """Pattern: ExecuTorch's greedy memory planner places each tensor (largest first) by scanning every earlier
+    allocation of a buffer for lifetime overlaps, and for each overlapping one recomputes where it ends,
+    ``alloc.offset + alloc.spec.allocated_memory``: the tensor's byte size from its shape and dtype, rounded to
+    its alignment, again on every scan. A tiny LongcatFlashModel recomputed 3.1 million sizes of ~2,000 tensors:
+    12.8 of its 222 profiled CPU s.
+
+    The same scan, with each allocation's end computed once: an allocation's offset and tensor are fixed when it
+    is made, and the greedy planner realigns a tensor only before allocating it. Ends are kept for the
+    allocation object itself (held, so its ``id`` is not reused) for one lowering. The plan, and so the ``.pte``
+    bytes, are the same (``bench/bench_executorch.py --check-identical``). Not an upstream bug: a cost of
+    executorch/exir/memory_planning.py; worth an upstream proposal (the end as an ``AllocationSpec`` field).
+    """
+    ends: dict[int, tuple] = {}  # id(allocation) -> (allocation, its end)
+
+    def _find_max_overlapping_allocations_offset(sobj, spec) -> int:
+        first, last = spec.lifetime
+        max_offset = 0
+        for alloc in sobj.allocations:
+            start, stop = alloc.spec.lifetime
+            if last < start or first > stop:
+                continue
+            known = ends.get(id(alloc))
+            if known is None or known[0] is not alloc:
+                known = ends[id(alloc)] = (alloc, alloc.offset + alloc.spec.allocated_memory)
+            max_offset = max(known[1], max_offset)
+        return max_offset
+
+    return _find_max_overlapping_allocations_offset

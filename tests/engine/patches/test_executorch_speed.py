@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 pytest.importorskip("executorch", reason="the executorch extra is not installed")
 
 
 from tests.engine.executorch_cases import pte_bytes, pte_bytes_with_every_patch  # noqa: E402
-
 
 
 def test_idle_xnnpack_passes_skip_their_retrace_and_the_bytes_are_unchanged(monkeypatch):
@@ -82,7 +85,9 @@ def test_edge_operator_passes_fuse_in_order_and_a_re_entering_pass_starts_a_grou
 
 @pytest.mark.parametrize(
     "patch", ["_patch_edge_dtype_check_from_meta", "_patch_fused_edge_passes", "_patch_partition_legalize_without_child_recompiles",
-              "_patch_spec_prop_reuses_the_dim_order_retrace", "_patch_lazy_graph_module_recompiles"]
+              "_patch_spec_prop_reuses_the_dim_order_retrace", "_patch_lazy_graph_module_recompiles",
+              "_patch_partition_merge_cycle_check_by_intersection", "_patch_partition_loop_without_debug_rendering",
+              "_patch_memory_planning_allocation_ends_once"]
 )
 def test_lowering_speed_patch_leaves_the_bytes_unchanged(patch):
     from engine.patches import patch_disabled
@@ -132,3 +137,98 @@ def test_graph_modules_built_while_lowering_compile_their_code_when_first_called
     with patch_disabled("executorch", "_patch_lazy_graph_module_recompiles"):
         pte_bytes()
     assert with_patch < len(compiled) / 2
+
+
+@st.composite
+def _dags_with_partitions(draw):
+    """A random DAG (each node uses up to three earlier ones) and disjoint groups of its nodes as partitions."""
+    size = draw(st.integers(2, 24))
+    inputs = [draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)) if i else [] for i in range(size)]
+    partition_of = draw(st.lists(st.integers(-1, 5), min_size=size, max_size=size))  # -1: in no partition
+    return inputs, partition_of
+
+
+@settings(max_examples=60, deadline=None)
+@given(_dags_with_partitions())
+def test_partition_merge_check_by_intersection_gives_the_original_verdicts(case):
+    """Every pair of partitions of a random DAG: the patched cycle check answers as ExecuTorch's own, and leaves the
+    dependency viewer as it was."""
+    from executorch.exir.backend.canonical_partitioners.group_partitioner import GroupBasedPartitioner
+    from torch.fx.passes.infra.partitioner import Partition
+    from torch.fx.passes.operator_support import OperatorSupport
+
+    from engine.patches.executorch_speed import _patch_partition_merge_cycle_check_by_intersection
+
+    inputs, partition_of = case
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    nodes: list[torch.fx.Node] = []
+    for uses in inputs:
+        nodes.append(graph.call_function(torch.cat, ([x, *(nodes[j] for j in uses)],)))
+    graph.output(nodes[-1])
+    partitioner = GroupBasedPartitioner(torch.fx.GraphModule(torch.nn.Module(), graph), OperatorSupport())
+    partitions = {p: Partition(id=p, nodes=[n for n, q in zip(nodes, partition_of) if q == p])
+                  for p in set(partition_of) - {-1}}
+    original = GroupBasedPartitioner._can_merge_partitions
+    patched = _patch_partition_merge_cycle_check_by_intersection(original)
+    for p1 in partitions:
+        for p2 in partitions:
+            if p1 != p2:
+                assert patched(partitioner, p1, p2, partitions) == original(partitioner, p1, p2, partitions)
+    assert "downstreams_of" not in vars(partitioner.dependency_viewer)
+
+
+def test_partition_loop_renders_the_program_only_when_debug_logging_is_on(monkeypatch, caplog):
+    """ExecuTorch's loop logs ``f"... {graph_module}"`` at DEBUG: with DEBUG off the patched loop generates no code
+    for it (and the lowering generates less code overall); with DEBUG on it logs the program's code; the module's
+    own ``str`` is back after the loop."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+    from torch.fx.graph import Graph
+
+    from engine.patches import patch_disabled
+    from engine.patches.executorch_speed import _patch_partition_loop_without_debug_rendering
+
+    def loop(graph_module):
+        logging.debug(f"Partitioned graph module: {graph_module}")
+        return "done"
+
+    traced = torch.fx.symbolic_trace(_SigmoidAdd())
+    module = _LazyGraphModule(traced, traced.graph)  # as lowering builds them: code generated when first needed
+    rendered = []
+    real_python_code = Graph.python_code
+    monkeypatch.setattr(Graph, "python_code", lambda self, *a, **k: rendered.append(1) or real_python_code(self, *a, **k))
+    patched = _patch_partition_loop_without_debug_rendering(loop)
+    caplog.set_level(logging.INFO)
+    assert patched(module) == "done" and not rendered
+    caplog.set_level(logging.DEBUG)
+    assert patched(module) == "done" and "sigmoid" in caplog.records[-1].getMessage() and rendered
+    assert "sigmoid" in str(module)
+
+    pte_bytes()  # first-use exports of XNNPACK's pattern graphs: not counted
+    caplog.set_level(logging.WARNING)
+    rendered.clear()
+    pte_bytes()
+    with_patch = len(rendered)
+    rendered.clear()
+    with patch_disabled("executorch", "_patch_partition_loop_without_debug_rendering"):
+        pte_bytes()
+    assert with_patch < len(rendered)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 10), st.integers(0, 4096), st.integers(0, 4096)),
+                min_size=1, max_size=40))
+def test_memory_planning_allocation_ends_once_finds_the_original_offsets(allocations):
+    """A buffer filled allocation by allocation (random lifetimes, offsets, sizes): before each one, the patched
+    scan (with the ends it kept from earlier scans) finds the same offset as ExecuTorch's."""
+    from executorch.exir import memory_planning
+
+    from engine.patches.executorch_speed import _patch_memory_planning_allocation_ends_once
+
+    original = memory_planning._find_max_overlapping_allocations_offset
+    patched = _patch_memory_planning_allocation_ends_once(original)
+    buffer = SimpleNamespace(allocations=[])
+    for start, length, offset, size in allocations:
+        spec = SimpleNamespace(lifetime=[start, start + length], allocated_memory=size)
+        assert patched(buffer, spec) == original(buffer, spec)
+        buffer.allocations.append(memory_planning.AllocationSpec(offset, spec))
