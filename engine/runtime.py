@@ -14,6 +14,7 @@ to an ``InputError`` too, never left as torch's ``AssertionError("Guard failed: 
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -30,9 +31,14 @@ Runner = Callable[[Any, dict[str, Any]], dict[str, torch.Tensor]]
 
 #: (module that registers the runner, predicate on the artifact's type/path without importing the backend)
 _LAZY_RUNNERS: list[tuple[str, Callable[[Any], bool]]] = [
-    ("engine.runtime_onnx", lambda a: type(a).__name__ == "ONNXProgram" or str(a).endswith(".onnx")),
-    ("engine.runtime_executorch", lambda a: type(a).__name__ == "ExecutorchProgramManager" or str(a).endswith(".pte")),
+    ("engine.runtime_onnx", lambda a: type(a).__name__ == "ONNXProgram" or _is_path_with_suffix(a, ".onnx")),
+    ("engine.runtime_executorch", lambda a: type(a).__name__ == "ExecutorchProgramManager" or _is_path_with_suffix(a, ".pte")),
 ]
+
+
+def _is_path_with_suffix(artifact: Any, suffix: str) -> bool:
+    """Only a path is looked at as a string: ``str()`` of a program renders its whole graph (seconds for a large one)."""
+    return isinstance(artifact, (str, os.PathLike)) and os.fspath(artifact).endswith(suffix)
 _RUNNERS: list[tuple[Callable[[Any], bool], Runner]] = []
 
 

@@ -80,3 +80,19 @@ def test_a_data_dependent_size_checked_equal_to_a_constant_loads(tmp_path):
     assert torch.equal(loaded.module()(x), x * 2)
     with pytest.raises(RuntimeError, match="Eq"):
         loaded.module()(torch.tensor([1.0, 2.0, -1.0]))
+
+
+def test_each_schema_class_has_its_type_hints_resolved_once(exported, tmp_path, monkeypatch):
+    """torch's deserializer asks ``typing.get_type_hints`` of a schema class for every node, argument and tensor
+    it reads; ``load_program`` resolves each class once."""
+    import typing
+
+    _, program = exported
+    path = save_program(program, tmp_path / "model.pt2")
+    resolved: list = []
+    get_type_hints = typing.get_type_hints
+    monkeypatch.setattr(typing, "get_type_hints", lambda obj, *a, **k: resolved.append(obj) or get_type_hints(obj, *a, **k))
+    torch.export.load(path)
+    torch_resolves, resolved[:] = len(resolved), []
+    load_program(path)
+    assert resolved and len(resolved) == len(set(resolved)) < torch_resolves

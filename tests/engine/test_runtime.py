@@ -245,3 +245,13 @@ def test_check_leaves_is_shared_with_the_executorch_messages():
     with pytest.raises(InputError, match=r"x dim 0 is 2, outside the exported bounds: it must be at least 3"):
         check_leaves("M", "exported program", [unbounded], {"x": torch.zeros(2)})
     assert check_leaves("M", "exported program", [unbounded], {"x": torch.zeros(300)})["x"].shape == (300,)
+
+
+def test_running_a_program_never_renders_it(model, bounded, monkeypatch):
+    """Choosing the runtime looks at an artifact's type, and at a string only for paths: ``str()`` of a program
+    prints its whole graph (seconds for a large model), twice per run before."""
+    def rendered(self):
+        raise AssertionError("the program was rendered as a string")
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "__str__", rendered)
+    torch.testing.assert_close(run_exported(bounded, _inputs())["y"], _expected(model, _inputs()))
