@@ -44,6 +44,8 @@ EXPERT_COUNTS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_nu
 EXPERT_TOP_K = ("num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token", "moe_k", "n_activated_experts",
                 "router_topk", "experts_per_token", "top_k_experts")
 SHARED_EXPERTS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+# Zero-compute (identity) experts routed to alongside the real ones (LongCat-Flash: 256 by default)
+ZERO_EXPERTS = ("zero_expert_num",)
 GROUP_COUNTS = ("n_group", "topk_group", "num_expert_groups", "num_groups_for_routing", "n_groups",
                 "mamba_n_groups", "ssm_n_groups")
 STATE_SIZES = ("state_size", "d_state", "ssm_state_size", "mamba_d_state", "d_conv_state")

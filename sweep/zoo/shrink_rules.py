@@ -18,7 +18,7 @@ from sweep.zoo.fields import (AUDIO_POSITIONS, CHANNEL_LISTS, CONTEXT_PATCHES, D
                               EXPERT_TOP_K, FRAME_COUNTS, GROUP_COUNTS, HEAD_COUNTS, HEAD_DIMS, HEAD_LISTS,
                               KV_HEAD_COUNTS, LAYER_COUNTS, LAYER_INDEX_FIELDS, LOW_RANKS, MAX_KEYPOINTS, MAX_QUERIES,
                               MAX_SINKHORN, MAX_FRAMES, OTHER_LAYER_COUNTS, PASS_COUNTS, POSITIONS, PRIMARY_WIDTHS,
-                              QUERY_COUNTS, ROPE_HEAD_DIMS, SHARED_EXPERTS, SMALL_STATE, STATE_SIZES, VOCABS, WIDE,
+                              QUERY_COUNTS, ROPE_HEAD_DIMS, SHARED_EXPERTS, SMALL_STATE, STATE_SIZES, VOCABS, WIDE, ZERO_EXPERTS,
                               hashable, int_list, is_int, is_intermediate_name, is_token_field, is_width_name,
                               primary_width, proportional, resample_pattern)
 from sweep.zoo.profiles import Profile
@@ -260,6 +260,7 @@ def shrink_experts(s: NodeShrink) -> None:
         elif key in node.fields and args.get(key) is None and has_experts:
             args[key] = profile.top_k  # a None top-k default is not runnable
     _cap(args, SHARED_EXPERTS, 1)
+    _cap(args, ZERO_EXPERTS, profile.experts)
     _cap(args, GROUP_COUNTS, 1)
 
 

@@ -99,6 +99,14 @@ def test_moe_configs_without_expert_defaults_get_experts():
     assert config.n_routed_experts == TINY.experts and config.num_experts_per_tok == TINY.top_k
 
 
+def test_zero_compute_experts_are_as_few_as_the_real_ones():
+    """LongCat-Flash routes to 256 identity experts besides its real ones: each is a branch of the traced graph."""
+    from transformers import LongcatFlashConfig
+
+    config = shrink.shrink_config(LongcatFlashConfig)
+    assert 0 < config.zero_expert_num <= TINY.experts and config.n_routed_experts == TINY.experts
+
+
 def test_layer_indices_move_onto_the_remaining_layers():
     from transformers import Qwen3VLMoeConfig
 
