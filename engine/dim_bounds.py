@@ -266,9 +266,49 @@ def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits)
                 table[sym] = ValueRanges(lower, max(cap, int(lower)))
                 if sym not in caps:
                     internal.add(sym)
+    for sym, bound in _split_piece_bounds(program, {**env_ranges, **ranges}).items():
+        for table in (ranges, env_ranges):
+            if sym in internal and sym in table and bound > table[sym].upper:
+                table[sym] = ValueRanges(table[sym].lower, bound)
     if caps:
         _warn_caps(limits.model, caps, len(internal), fallback, largest)
     refuse_unrunnable_plan(program, planned, limits)
+
+
+#: ``x.split([sizes], dim)`` and its copy variant, in the IRs a program is bounded in
+_SPLIT_OPS = ("split_with_sizes", "split", "split_with_sizes_copy", "split_copy")
+
+
+def _split_piece_bounds(program: torch.export.ExportedProgram, ranges: Mapping[Any, ValueRanges]) -> dict[Any, int]:
+    """Pattern: ``x.split(sizes, dim)`` with sizes read from data (MoE routing: ``expert_size.tolist()``, JetMoe):
+    each piece's size is an unbacked symbol, which gets the fallback bound (the largest input dim's cap), while the
+    pieces split a dim that can be larger (tokens x top-k flattened from batch x sequence), so the runtime finds a
+    piece larger than its plan. A piece is at most the dim it is cut from: each such symbol's bound is that dim's
+    upper bound at the chosen caps (never lowered)."""
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    bounds: dict[Any, int] = {}
+    for node in program.graph.nodes:
+        if node.op != "call_function" or getattr(node.target, "_opname", None) not in _SPLIT_OPS:
+            continue
+        source, sizes = node.args[0], node.args[1]
+        dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+        val = getattr(source, "meta", {}).get("val")
+        if not isinstance(sizes, (list, tuple)) or not isinstance(val, torch.Tensor) or not isinstance(dim, int):
+            continue
+        length = val.shape[dim]
+        if not isinstance(length, torch.SymInt):
+            upper = int(length)
+        else:
+            upper = bound_sympy(length.node.expr, dict(ranges)).upper
+            if _unbounded(upper):
+                continue
+        for size in sizes:
+            piece = getattr(size, "meta", {}).get("val") if isinstance(size, torch.fx.Node) else size
+            expr = piece.node.expr if isinstance(piece, torch.SymInt) else None
+            if expr is not None and expr.is_Symbol and free_unbacked_symbols(expr):
+                bounds[expr] = max(bounds.get(expr, 0), int(upper))
+    return bounds
 
 
 def refuse_unrunnable_plan(program: torch.export.ExportedProgram, planned: Mapping[Any, str], limits: DimLimits) -> None:

@@ -305,3 +305,46 @@ def test_the_maxsize_bound_of_a_checked_count_is_no_bound():
 
     assert _unbounded(int_oo) and _unbounded(sympy.Integer(sys.maxsize - 1))
     assert not _unbounded(sympy.Integer(4096))
+
+
+class _RoutedSplit(torch.nn.Module):
+    """JetMoe's expert dispatch: tokens (batch x sequence, flattened) sorted by expert and split by how many each
+    expert got, counted from data (``.tolist()``)."""
+
+    def __init__(self, experts: int = 3):
+        super().__init__()
+        self.router, self.experts = torch.nn.Linear(4, experts), torch.nn.Parameter(torch.randn(experts, 4, 4))
+
+    def forward(self, x):
+        tokens = x.flatten(0, 1)
+        choice = self.router(tokens).argmax(-1)
+        order = choice.argsort()
+        routed = torch.zeros(tokens.shape[0], self.experts.shape[0]).scatter(1, choice[:, None], 1)
+        counts = routed.long().sum(0).tolist()
+        pieces = tokens[order].split(counts, dim=0)
+        out = torch.cat([piece @ self.experts[e] for e, piece in enumerate(pieces)])
+        return {"y": torch.empty_like(out).index_copy(0, order, out).view_as(x)}
+
+
+def test_a_data_dependent_split_is_planned_up_to_the_dim_it_cuts():
+    """The split's pieces are unbacked sizes; planned at the fallback (the sequence cap) a piece holding every token
+    of two sequences near that cap overflows its plan at run time. Bounded by the split dim, it runs."""
+    from engine.dim_bounds import _split_piece_bounds
+
+    torch.manual_seed(0)
+    model = _RoutedSplit().eval()
+    with torch.no_grad():
+        model.router.weight.zero_()
+        model.router.bias.copy_(torch.tensor([1.0, 0.0, 0.0]))  # every token to expert 0: one piece of them all
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnboundedDimWarning)
+        manager = ExecutorchExporter().export(model, {"x": torch.randn(2, 5, 4)},
+                                              config=ExecutorchConfig(dynamic=True, max_seq_len=32))
+    longest = {"x": torch.randn(2, 30, 4)}  # 60 rows in expert 0's piece, above the sequence cap (32)
+    comparison = compare_leaves(eager_leaves(model, longest), run_exported(manager, longest), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+
+    batch, length = torch.export.Dim("batch", max=8), torch.export.Dim("length", max=32)
+    program = torch.export.export(model, (torch.randn(2, 5, 4),), dynamic_shapes=({0: batch, 1: length},))
+    bounds = _split_piece_bounds(program, program.range_constraints)
+    assert len(bounds) == 3 and set(bounds.values()) == {8 * 32}  # each piece: up to every token of the batch
