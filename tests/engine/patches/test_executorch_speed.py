@@ -17,6 +17,21 @@ pytest.importorskip("executorch", reason="the executorch extra is not installed"
 from tests.engine.executorch_cases import pte_bytes, pte_bytes_with_every_patch  # noqa: E402
 
 
+def _counted_with_and_without(patch: str, events: list) -> tuple[int, int]:
+    """How many ``events`` one export of the block appends with ``patch`` and with it disabled (XNNPACK's
+    first-use exports of its pattern graphs are left out of both)."""
+    from engine.patches import patch_disabled
+
+    pte_bytes()
+    events.clear()
+    pte_bytes()
+    with_patch = len(events)
+    events.clear()
+    with patch_disabled("executorch", patch):
+        pte_bytes()
+    return with_patch, len(events)
+
+
 def test_idle_xnnpack_passes_skip_their_retrace_and_the_bytes_are_unchanged(monkeypatch):
     from executorch.exir.pass_base import ExportPass
 
@@ -104,7 +119,7 @@ def test_graph_modules_built_while_lowering_compile_their_code_when_first_called
     recompiles far less."""
     from torch.fx.graph_module import GraphModule
 
-    from engine.patches import apply_patches, patch_disabled
+    from engine.patches import apply_patches
 
     class Stateful(GraphModule):
         pass
@@ -129,14 +144,8 @@ def test_graph_modules_built_while_lowering_compile_their_code_when_first_called
     torch.fx.GraphModule(traced, traced.graph)
     assert compiled
 
-    pte_bytes()  # first-use exports of XNNPACK's pattern graphs: not counted
-    compiled.clear()
-    pte_bytes()
-    with_patch = len(compiled)
-    compiled.clear()
-    with patch_disabled("executorch", "_patch_lazy_graph_module_recompiles"):
-        pte_bytes()
-    assert with_patch < len(compiled) / 2
+    with_patch, without_patch = _counted_with_and_without("_patch_lazy_graph_module_recompiles", compiled)
+    assert with_patch < without_patch / 2
 
 
 @st.composite
@@ -185,7 +194,6 @@ def test_partition_loop_renders_the_program_only_when_debug_logging_is_on(monkey
     from torch.fx._lazy_graph_module import _LazyGraphModule
     from torch.fx.graph import Graph
 
-    from engine.patches import patch_disabled
     from engine.patches.executorch_speed import _patch_partition_loop_without_debug_rendering
 
     def loop(graph_module):
@@ -204,15 +212,9 @@ def test_partition_loop_renders_the_program_only_when_debug_logging_is_on(monkey
     assert patched(module) == "done" and "sigmoid" in caplog.records[-1].getMessage() and rendered
     assert "sigmoid" in str(module)
 
-    pte_bytes()  # first-use exports of XNNPACK's pattern graphs: not counted
     caplog.set_level(logging.WARNING)
-    rendered.clear()
-    pte_bytes()
-    with_patch = len(rendered)
-    rendered.clear()
-    with patch_disabled("executorch", "_patch_partition_loop_without_debug_rendering"):
-        pte_bytes()
-    assert with_patch < len(rendered)
+    with_patch, without_patch = _counted_with_and_without("_patch_partition_loop_without_debug_rendering", rendered)
+    assert with_patch < without_patch
 
 
 @settings(max_examples=100, deadline=None)
