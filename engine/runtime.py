@@ -39,6 +39,8 @@ _LAZY_RUNNERS: list[tuple[str, Callable[[Any], bool]]] = [
 def _is_path_with_suffix(artifact: Any, suffix: str) -> bool:
     """Only a path is looked at as a string: ``str()`` of a program renders its whole graph (seconds for a large one)."""
     return isinstance(artifact, (str, os.PathLike)) and os.fspath(artifact).endswith(suffix)
+
+
 _RUNNERS: list[tuple[Callable[[Any], bool], Runner]] = []
 
 
