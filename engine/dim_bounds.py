@@ -279,7 +279,7 @@ def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits)
 _SPLIT_OPS = ("split_with_sizes", "split", "split_with_sizes_copy", "split_copy")
 
 
-def _split_piece_bounds(program: torch.export.ExportedProgram, ranges: Mapping[Any, ValueRanges]) -> dict[Any, int]:
+def _split_piece_bounds(program: torch.export.ExportedProgram, ranges: dict[Any, ValueRanges]) -> dict[Any, int]:
     """Pattern: ``x.split(sizes, dim)`` with sizes read from data (MoE routing: ``expert_size.tolist()``, JetMoe):
     each piece's size is an unbacked symbol, which gets the fallback bound (the largest input dim's cap), while the
     pieces split a dim that can be larger (tokens x top-k flattened from batch x sequence), so the runtime finds a
@@ -300,7 +300,7 @@ def _split_piece_bounds(program: torch.export.ExportedProgram, ranges: Mapping[A
         if not isinstance(length, torch.SymInt):
             upper = int(length)
         else:
-            upper = bound_sympy(length.node.expr, dict(ranges)).upper
+            upper = bound_sympy(length.node.expr, ranges).upper
             if _unbounded(upper):
                 continue
         for size in sizes:

@@ -29,16 +29,19 @@ from engine.stacked_rows import expand_stacked_rows
 
 Runner = Callable[[Any, dict[str, Any]], dict[str, torch.Tensor]]
 
+
+def is_artifact(artifact: Any, type_name: str, suffix: str) -> bool:
+    """Whether ``artifact`` is a ``type_name`` object or a path ending in ``suffix``. Only a path is read as a
+    string: ``str()`` of a program renders its whole graph (seconds for a large one)."""
+    return type(artifact).__name__ == type_name or (
+        isinstance(artifact, (str, os.PathLike)) and os.fspath(artifact).endswith(suffix))
+
+
 #: (module that registers the runner, predicate on the artifact's type/path without importing the backend)
 _LAZY_RUNNERS: list[tuple[str, Callable[[Any], bool]]] = [
-    ("engine.runtime_onnx", lambda a: type(a).__name__ == "ONNXProgram" or _is_path_with_suffix(a, ".onnx")),
-    ("engine.runtime_executorch", lambda a: type(a).__name__ == "ExecutorchProgramManager" or _is_path_with_suffix(a, ".pte")),
+    ("engine.runtime_onnx", lambda a: is_artifact(a, "ONNXProgram", ".onnx")),
+    ("engine.runtime_executorch", lambda a: is_artifact(a, "ExecutorchProgramManager", ".pte")),
 ]
-
-
-def _is_path_with_suffix(artifact: Any, suffix: str) -> bool:
-    """Only a path is looked at as a string: ``str()`` of a program renders its whole graph (seconds for a large one)."""
-    return isinstance(artifact, (str, os.PathLike)) and os.fspath(artifact).endswith(suffix)
 
 
 _RUNNERS: list[tuple[Callable[[Any], bool], Runner]] = []

@@ -20,13 +20,11 @@ from engine.artifact_meta import META_METHOD
 from engine.errors import ExportStageError, InputError, require
 from engine.input_checks import LeafSpec, bounds_spec, check_leaves
 from engine.pytree import get_leaf_tensors
-from engine.runtime import register_runner
+from engine.runtime import is_artifact, register_runner
 
 
 def _is_executorch_artifact(artifact: Any) -> bool:
-    return type(artifact).__name__ == "ExecutorchProgramManager" or (
-        isinstance(artifact, (str, os.PathLike)) and os.fspath(artifact).endswith(".pte")
-    )
+    return is_artifact(artifact, "ExecutorchProgramManager", ".pte")
 
 
 def load_program(artifact: Any):

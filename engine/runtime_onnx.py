@@ -22,7 +22,7 @@ from engine.artifact_meta import GUARDS_KEY, INPUT_LEAVES_KEY, INPUT_PREFIX, OUT
 from engine.errors import ExportStageError, InputError, require
 from engine import shape_guards
 from engine.pytree import iter_leaf_tensors
-from engine.runtime import register_runner
+from engine.runtime import is_artifact, register_runner
 
 EXTRA = "onnx"
 PROVIDERS = ["CPUExecutionProvider"]
@@ -32,9 +32,7 @@ _SESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _is_onnx_artifact(artifact: Any) -> bool:
-    if type(artifact).__name__ == "ONNXProgram":
-        return True
-    return isinstance(artifact, (str, os.PathLike)) and str(artifact).endswith(".onnx")
+    return is_artifact(artifact, "ONNXProgram", ".onnx")
 
 
 def _artifact_name(artifact: Any) -> str:

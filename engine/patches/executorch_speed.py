@@ -288,6 +288,11 @@ def _patch_spec_prop_reuses_the_dim_order_retrace(original):
     return edge_to_executorch_passes
 
 
+def _is_one_off_class(cls: type) -> bool:
+    """Whether ``cls`` is the one-off ``GraphModuleImpl`` subclass ``GraphModule.__new__`` makes for each instance."""
+    return cls.__qualname__.split(".")[-1] == "GraphModuleImpl"
+
+
 @register_patch("executorch", "torch.fx.graph_module.GraphModule.__new__",
                 requires={**EXECUTORCH_RANGE, "torch": ">=2.4"})
 def _patch_lazy_graph_module_recompiles(original):
@@ -320,8 +325,7 @@ def _patch_lazy_graph_module_recompiles(original):
             type(self).forward = type(self)._lazy_forward
 
     def __new__(cls, *args, **kwargs):
-        # GraphModule.__new__ builds a one-off "GraphModuleImpl" subclass per instance; look through those
-        base = next(t for t in cls.__mro__ if t.__qualname__.split(".")[-1] != "GraphModuleImpl")
+        base = next(t for t in cls.__mro__ if not _is_one_off_class(t))
         return original(LazyGraphModule if base is GraphModule else cls, *args, **kwargs)
 
     return staticmethod(__new__)
@@ -389,7 +393,7 @@ def _patch_partition_loop_without_debug_rendering(original):
 
     def partition_loop(tagged_graph_module, *args, **kwargs):
         own_class = type(tagged_graph_module)
-        if logging.getLogger().isEnabledFor(logging.DEBUG) or own_class.__qualname__.split(".")[-1] != "GraphModuleImpl":
+        if logging.getLogger().isEnabledFor(logging.DEBUG) or not _is_one_off_class(own_class):
             return original(tagged_graph_module, *args, **kwargs)
         with swap_attributes([(own_class, "__str__", _not_rendered)]):
             return original(tagged_graph_module, *args, **kwargs)

@@ -165,7 +165,8 @@ class _TypingWithCachedSchemaHints(types.ModuleType):
     def __init__(self, hints: dict[tuple, dict[str, Any]]):
         super().__init__("typing")
         # (not typing's own get_type_hints: an instance attribute would shadow the method below)
-        self.__dict__.update({k: v for k, v in vars(typing).items() if not k.startswith("__") and k != "get_type_hints"})
+        self.__dict__.update({k: v for k, v in vars(typing).items()
+                              if not k.startswith("__") and k != "get_type_hints"})
         self._hints = hints
 
     def get_type_hints(self, obj, globalns=None, localns=None, include_extras=False):

@@ -252,6 +252,7 @@ def test_model_outputs_in_field_order_survive_an_unflatten_round_trip(order, cou
     output = BaseModelOutputWithPooling()
     for i, name in enumerate(order[:count]):
         output[name] = torch.full((1,), float(i))
+
     def round_trips(tree) -> bool:
         leaves, spec = pytree.tree_flatten(tree)
         return all(a is b for a, b in zip(pytree.tree_flatten(pytree.tree_unflatten(leaves, spec))[0], leaves))
