@@ -13,16 +13,12 @@ run). CPU seconds are the fairer figure on a shared machine. The engine never im
 patches (the factory's name, e.g. ``_patch_xnnpack_idle_retraces``), for a patch that must not change the
 result: it prints both CPU times and whether the ``.pte`` bytes are identical, and exits 1 if any differ. With
 ``--timed FUNCTION`` (dotted) it also prints the CPU seconds spent inside that function, the step the patch speeds up.
-``--check-identical KEY=VALUE`` does the same with an ``ExecutorchConfig`` option set otherwise (``single_trace=False``:
-the two-pass trace): where the bytes differ it says whether the ``.pte`` outputs at the sample are bit-identical, and
-exits 1 if they are not.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import hashlib
 import json
 import os
@@ -39,11 +35,11 @@ ROOT = Path(__file__).resolve().parent.parent
 REAL = "real:"  # a model name from tests.engine.tiny_models.REAL_LIMIT_MODELS
 
 
-def _ours(model, inputs, path, **config):
+def _ours(model, inputs, path):
     from engine import ExecutorchConfig, run_exported
     from engine.exporter_executorch import ExecutorchExporter
 
-    manager = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(dynamic=True, **config))
+    manager = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(dynamic=True))
     ExecutorchExporter.save(manager, path)
     return lambda: run_exported(path, inputs)
 
@@ -72,12 +68,8 @@ def worker(side: str, name: str, repeats: int, function: str | None = None) -> d
 
     torch.set_num_threads(1)
     tiny = REAL_LIMIT_MODELS[name.removeprefix(REAL)] if name.startswith(REAL) else TINY_MODELS[name]
+    export = _peer if side == "peer" else _ours
     left_out = side.partition("ours-without:")[2]
-    if "=" in left_out:  # a config option set otherwise (single_trace=False), not a patch left out
-        key, _, value = left_out.partition("=")
-        export, left_out = functools.partial(_ours, **{key: json.loads(value.lower())}), ""
-    else:
-        export = _peer if side == "peer" else _ours
     wall, cpu, inside, size = [], [], [], 0
     with tempfile.TemporaryDirectory() as tmp, patch_disabled("executorch", left_out) if left_out else contextlib.nullcontext():
         path = os.path.join(tmp, f"{name}.pte")
@@ -92,13 +84,10 @@ def worker(side: str, name: str, repeats: int, function: str | None = None) -> d
             size = os.path.getsize(path)
         with open(path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
-        outputs = run()
-    leaves = outputs.values() if isinstance(outputs, dict) else outputs if isinstance(outputs, (list, tuple)) else [outputs]
-    outputs_digest = hashlib.sha256(b"".join(t.detach().contiguous().numpy().tobytes() for t in leaves
-                                             if isinstance(t, torch.Tensor))).hexdigest()
+        run()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"wall_s": statistics.median(wall), "cpu_s": statistics.median(cpu), "pte_kb": size / 1024, "rss_mb": rss_mb,
-            "sha256": digest, "outputs_sha256": outputs_digest, "timed_cpu_s": statistics.median(inside)}
+            "sha256": digest, "timed_cpu_s": statistics.median(inside)}
 
 
 def check_identical(patch: str, names: list[str], repeats: int, timeout: int, function: str | None = None) -> int:
@@ -115,11 +104,7 @@ def check_identical(patch: str, names: list[str], repeats: int, timeout: int, fu
             differ += ("error" in with_) != ("error" in without)
             continue
         verdict = "yes"
-        if "=" in patch and with_["sha256"] != without["sha256"]:  # a config option: the same outputs, bit for bit?
-            same = with_["outputs_sha256"] == without["outputs_sha256"]
-            verdict = "no; outputs bit-identical" if same else "NO; outputs differ"
-            differ += not same
-        elif with_["sha256"] != without["sha256"]:  # is the export deterministic at all? export once more without
+        if with_["sha256"] != without["sha256"]:  # is the export deterministic at all? export once more without
             again = measure(f"ours-without:{patch}", name, repeats, timeout).get("sha256")
             if again == with_["sha256"]:
                 verdict = "yes (the export without the patch is not deterministic: 2 runs, 2 files; one matches)"
@@ -163,8 +148,7 @@ def main():
     parser.add_argument("--real-limits", action="store_true",
                         help="the models of REAL_LIMIT_MODELS (small widths, the checkpoints' real position limits)")
     parser.add_argument("--timeout", type=int, default=1800)
-    parser.add_argument("--check-identical", metavar="PATCH", help="with and without this patch (or with this "
-                        "ExecutorchConfig KEY=VALUE): same .pte bytes?")
+    parser.add_argument("--check-identical", metavar="PATCH", help="with and without this patch: same .pte bytes?")
     parser.add_argument("--timed", metavar="FUNCTION", help="with --check-identical: also the CPU seconds inside this "
                         "function (dotted, e.g. executorch.exir.program._program.EdgeProgramManager.to_executorch)")
     parser.add_argument("--worker", nargs=2, metavar=("SIDE", "MODEL"), help=argparse.SUPPRESS)

@@ -125,11 +125,6 @@ class ExecutorchConfig(DynamoConfig):
     - ``max_planned_tensor_mb``: the largest tensor the program may plan at its dim bounds (MiB). A program over
       it is refused at export with :class:`~engine.errors.PlannedMemoryError` naming the tensor and the bounds,
       where the runtime would fail to allocate it or die running it. ``None``: no limit.
-    - ``single_trace``: trace the model once, straight to the ATen IR the lowering takes, with the partitioner's
-      candidate ops kept whole (:func:`engine.executorch_lowering.single_trace_plan`), instead of
-      ``torch.export.export`` and then the lowering's decomposition retrace. A program the single trace cannot stand
-      for (:func:`engine.executorch_lowering.single_trace_refusal`: data-dependent sizes, in-place updates) is
-      traced in the two passes; ``False`` always takes them.
     """
 
     export_format: ClassVar[str] = "executorch"
@@ -137,7 +132,6 @@ class ExecutorchConfig(DynamoConfig):
     backend: str = "xnnpack"
     max_seq_len: int | None = None
     max_planned_tensor_mb: int | None = 4096
-    single_trace: bool = True
 
     def __post_init__(self):
         super().__post_init__()

@@ -2,8 +2,7 @@
 
 ``export()`` reads as the six stages every exporter shares (:mod:`engine`): **prepare** the backend
 (:data:`BACKENDS`: ``xnnpack`` CPU/fp32 with ``XnnpackPartitioner``, ``cuda`` CUDA/bf16 with ``CudaPartitioner``),
-**trace** (:meth:`DynamoExporter.trace`, with the ``"executorch"`` patches; straight to the decomposed ATen IR
-the lowering takes where it can: :meth:`ExecutorchExporter.export_program`), **fix the program** (finite dim bounds
+**trace** (:meth:`DynamoExporter.trace`, with the ``"executorch"`` patches), **fix the program** (finite dim bounds
 for memory planning, :mod:`engine.dim_bounds`; the FX fixes of :mod:`engine.patches.executorch`), **lower**
 (:func:`engine.executorch_lowering.lower`: ``to_edge_transform_and_lower`` with one decomposition pass, the
 ``"executorch"`` patches active), **describe** (:mod:`engine.pte_metadata`: the ``.pte`` carries its input leaves,
@@ -17,7 +16,6 @@ dtypes, per-dim bounds, guards and output leaves, which :func:`engine.run_export
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -31,12 +29,11 @@ from engine.configs import ExecutorchConfig
 from engine.errors import ConfigError, ExportStageError, MissingDependencyError, require
 from engine.exporter_dynamo import DynamoExporter, stack_traces_as_configured
 from engine.dim_bounds import DimLimits, bound_dynamic_dims
-from engine.executorch_lowering import declined_kept_node, lower, single_trace_plan, single_trace_refusal
-from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches, swap_attributes
+from engine.executorch_lowering import lower
+from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches
 from engine.prepare import has_settable_experts, model_name, split_inputs
 from engine.pte_metadata import drop_none_outputs, program_metadata, tensor_output_names, warn_specialised_by_lowering
 from engine.shape_guards import program_guards
-from engine.single_trace import export_decomposed, needs_decomposing, single_trace_supported
 
 logger = logging.getLogger("engine")
 
@@ -109,26 +106,6 @@ def _prepare_cuda(model: torch.nn.Module):
 # ── The exporter ──────────────────────────────────────────────────────────────────────────────────
 
 
-class _DataDependentSize(Exception):
-    """Raised inside the single trace where it makes a data-dependent size: such a program takes the two passes."""
-
-
-@contextlib.contextmanager
-def _stopped_at_the_first_data_dependent_size(made: list):
-    """Stop the trace where the shape env makes its first unbacked symbol (recorded in ``made``): a program with
-    data-dependent sizes takes the two passes (:func:`single_trace_refusal`), and a multimodal model makes its first
-    one after the vision tower, before the language model, so the rest of the trace is not spent for nothing."""
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    def refuse(*args, **kwargs):
-        made.append(True)
-        raise _DataDependentSize("a data-dependent size")
-
-    with swap_attributes([(ShapeEnv, name, refuse) for name in
-                          ("create_unbacked_symint", "create_unbacked_symfloat", "create_unbacked_symbool")]):
-        yield
-
-
 class ExecutorchExporter(DynamoExporter):
     """Export a ``PreTrainedModel`` (any ``nn.Module``) to ExecuTorch, lowered to the configured backend.
 
@@ -153,21 +130,15 @@ class ExecutorchExporter(DynamoExporter):
         traced_inputs, _ = split_inputs(inputs)
 
         # ── Stage 2: Trace (the "executorch" patches active with the "dynamo" ones) ──────────────────
-        self._partitioners = partitioners  # export_program traces straight to the table they leave
-        try:
-            program = self.trace(model, inputs, config)
-        finally:
-            del self._partitioners
+        program = self.trace(model, inputs, config)
         guards = program_guards(program)  # what the model's code assumed of the traced sizes, checked by the runner
 
         # ── Stage 3: Fix the program: finite dim bounds for memory planning, then the FX fixes ──────
         tensor_limit = config.max_planned_tensor_mb << 20 if config.max_planned_tensor_mb is not None else None
         bound_dynamic_dims(program, DimLimits.from_model(model, name, config.max_seq_len, config.dynamic_shapes is not None,
                                                          tensor_limit))
-        nodes = len(program.graph.nodes)
         apply_fx_program_fixes("executorch", program)
-        if apply_fx_node_fixes("executorch", program.graph_module) or len(program.graph.nodes) != nodes:
-            needs_decomposing(program)  # a single-traced program: the fixes' replacements are ops to decompose
+        apply_fx_node_fixes("executorch", program.graph_module)
         before = program_metadata(program, traced_inputs, name, config.backend)
         dropped_none_outputs = drop_none_outputs(program)  # named from `before`: the lowering may reorder around them
 
@@ -195,39 +166,6 @@ class ExecutorchExporter(DynamoExporter):
                 raise
             except Exception as e:
                 raise ExportStageError("lower", name, e) from e
-
-    def export_program(self, model: torch.nn.Module, inputs: Mapping[str, Any], dynamic_shapes: Any,
-                       config: ExecutorchConfig) -> torch.export.ExportedProgram:
-        """Trace straight to the decomposed ATen IR the lowering takes (``config.single_trace``): the model is traced
-        once where ``torch.export.export`` and the lowering's ``run_decompositions`` trace it twice (tiny Gemma 3's
-        export, warm: 9.2 -> 6.7 CPU s). A program the single trace cannot stand for (:func:`single_trace_refusal`; the
-        trace stops at its first data-dependent size) is traced in the two passes; one with a node its partitioner
-        declines, or that the FX fixes rewrite (stage 3), is decomposed again by the lowering (as the two passes'
-        program would be)."""
-        partitioners = getattr(self, "_partitioners", None)  # set by export(); a bare trace() takes the two passes
-        plan = single_trace_plan(partitioners) if partitioners is not None and config.single_trace and single_trace_supported() else None
-        if plan is None:
-            return super().export_program(model, inputs, dynamic_shapes, config)
-        table, kept = plan
-        made_data_dependent_size: list = []
-        try:
-            with _stopped_at_the_first_data_dependent_size(made_data_dependent_size):
-                program = export_decomposed(model, inputs, table, dynamic_shapes=dynamic_shapes, strict=config.strict,
-                                            prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards)
-        except Exception as e:  # a size made from data; or a failure the two passes may not have (SAM 3's towers
-            # guard on an unbacked size in a composite op decomposed while tracing, which they decompose later)
-            refusal = ("it has data-dependent sizes" if made_data_dependent_size else
-                       f"the single trace failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}")
-        else:
-            refusal = single_trace_refusal(program)
-            if refusal is None:
-                declined = declined_kept_node(program, partitioners, kept)
-                if declined:  # decomposed again by the lowering, as the two passes' program would be
-                    logger.debug("%s: decomposed in the lowering: %s", model_name(model), declined)
-                    needs_decomposing(program)
-                return program
-        logger.debug("%s: traced in two passes: %s", model_name(model), refusal)
-        return super().export_program(model, inputs, dynamic_shapes, config)
 
     @staticmethod
     def save(program, path: str | os.PathLike) -> str:

@@ -112,12 +112,6 @@ def decomposed_with(program: torch.export.ExportedProgram) -> frozenset | None:
     return program.graph_module.meta.get(DECOMPOSED_WITH)
 
 
-def needs_decomposing(program: torch.export.ExportedProgram) -> None:
-    """Mark a program :func:`export_decomposed` traced as one to decompose as any other (its nodes were rewritten
-    into ops the table decomposes, or it keeps ops its backend will not take whole)."""
-    program.graph_module.meta.pop(DECOMPOSED_WITH, None)
-
-
 def _size_oblivious(decomposition: Callable) -> Callable:
     """The decomposition run under ``backed_size_oblivious``, as ``torch.onnx.export`` runs its decompositions."""
 

@@ -266,8 +266,7 @@ def test_a_model_output_field_set_after_construction_keeps_its_name(monkeypatch)
     comparison = compare_leaves(eager_leaves(model, other), run_exported(manager, other), atol=ATOL, rtol=RTOL)
     assert comparison.ok and len(comparison.leaves) == 4, str(comparison)
     monkeypatch.setattr(engine.signature, "in_field_order", lambda outputs: outputs)
-    # the re-flattening is the decomposition retrace's, which the two passes run (the single trace has none)
-    unordered = ExecutorchExporter().export(model, x, config=ExecutorchConfig(dynamic=True, single_trace=False))
+    unordered = ExecutorchExporter().export(model, x, config=ExecutorchConfig(dynamic=True))
     assert not compare_leaves(eager_leaves(model, other), run_exported(unordered, other), atol=ATOL, rtol=RTOL).ok
 
 
