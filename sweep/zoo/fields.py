@@ -92,6 +92,10 @@ CONTEXT_PATCHES = 4
 DEPTH_LISTS = ("depths", "num_layers_per_stage", "layers_per_stage", "block_repeats", "stage_depths",
                "num_blocks_per_stage", "depth_per_stage", "encoder_layers_per_stage", "repeats",
                "stage_num_layers", "num_hidden_layers_per_stage")
+# Per-stage counts of repeated blocks that no other rule reads (Funnel's block_sizes, HGNetV2's blocks per stage
+# and layers per block, EfficientNet's block repeats, CvT's depth list, MobileViTV2's attention blocks): one each.
+STAGE_BLOCK_COUNTS = ("block_sizes", "stage_num_blocks", "stage_numb_of_layers", "num_block_repeats", "depth",
+                      "n_attn_blocks")
 HEAD_LISTS = ("num_heads", "num_attention_heads", "heads", "num_heads_per_stage", "attention_heads")
 
 

@@ -18,7 +18,8 @@ from sweep.zoo.fields import (AUDIO_POSITIONS, CHANNEL_LISTS, CONTEXT_PATCHES, D
                               EXPERT_TOP_K, FRAME_COUNTS, GROUP_COUNTS, HEAD_COUNTS, HEAD_DIMS, HEAD_LISTS,
                               KV_HEAD_COUNTS, LAYER_COUNTS, LAYER_INDEX_FIELDS, LOW_RANKS, MAX_KEYPOINTS, MAX_QUERIES,
                               MAX_SINKHORN, MAX_FRAMES, OTHER_LAYER_COUNTS, PASS_COUNTS, POSITIONS, PRIMARY_WIDTHS,
-                              QUERY_COUNTS, ROPE_HEAD_DIMS, SHARED_EXPERTS, SMALL_STATE, STATE_SIZES, VOCABS, WIDE,
+                              QUERY_COUNTS, ROPE_HEAD_DIMS, SHARED_EXPERTS, SMALL_STATE, STAGE_BLOCK_COUNTS, STATE_SIZES,
+                              VOCABS, WIDE,
                               ZERO_EXPERTS, hashable, int_list, is_int, is_intermediate_name, is_token_field,
                               is_width_name, primary_width, proportional, resample_pattern)
 from sweep.zoo.profiles import Profile
@@ -513,7 +514,7 @@ def _shrink_vision(node: Node, profile: Profile) -> None:
             rate = next((v for k, v in args.items() if "downsample" in k and is_int(v) and v > 1), None)
             if rate and value % rate == 0:  # windows pooled by a downsampling rate keep a whole multiple of it
                 args[key] = rate * max(1, profile.window // rate)
-    for key in DEPTH_LISTS:
+    for key in (*DEPTH_LISTS, *STAGE_BLOCK_COUNTS):
         if int_list(args.get(key)):
             args[key] = type(args[key])(min(v, 1) if v > 0 else v for v in args[key])
     for key in HEAD_LISTS:

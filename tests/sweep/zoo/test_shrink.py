@@ -107,6 +107,17 @@ def test_zero_compute_experts_are_as_few_as_the_real_ones():
     assert 0 < config.zero_expert_num <= TINY.experts and config.n_routed_experts == TINY.experts
 
 
+def test_per_stage_block_counts_are_one_each():
+    """Funnel's 4 layers per block, HGNetV2's 3 blocks in a stage of 6 layers each, CvT's 10 blocks in its last
+    stage: each repeat is one more copy of a block the graph already has (Funnel's ExecuTorch case: 72 s at [4, 4, 4])."""
+    from transformers import CvtConfig, FunnelConfig, HGNetV2Config
+
+    assert shrink.shrink_config(FunnelConfig).block_sizes == [1, 1, 1]
+    hgnet = shrink.shrink_config(HGNetV2Config)
+    assert hgnet.stage_num_blocks == [1, 1, 1, 1] and hgnet.stage_numb_of_layers == [1, 1, 1, 1]
+    assert shrink.shrink_config(CvtConfig).depth == [1, 1, 1]
+
+
 def test_layer_indices_move_onto_the_remaining_layers():
     from transformers import Qwen3VLMoeConfig
 
