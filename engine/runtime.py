@@ -30,20 +30,28 @@ from engine.stacked_rows import expand_stacked_rows
 Runner = Callable[[Any, dict[str, Any]], dict[str, torch.Tensor]]
 
 
-def is_artifact(artifact: Any, type_name: str, suffix: str) -> bool:
+def _is_artifact(artifact: Any, type_name: str, suffix: str) -> bool:
     """Whether ``artifact`` is a ``type_name`` object or a path ending in ``suffix``. Only a path is read as a
     string: ``str()`` of a program renders its whole graph (seconds for a large one)."""
     return type(artifact).__name__ == type_name or (
         isinstance(artifact, (str, os.PathLike)) and os.fspath(artifact).endswith(suffix))
 
 
-#: (module that registers the runner, predicate on the artifact's type/path without importing the backend)
+def is_onnx_artifact(artifact: Any) -> bool:
+    """An ``ONNXProgram`` or a ``.onnx`` path (read without importing the ONNX stack)."""
+    return _is_artifact(artifact, "ONNXProgram", ".onnx")
+
+
+def is_executorch_artifact(artifact: Any) -> bool:
+    """An ``ExecutorchProgramManager`` or a ``.pte`` path (read without importing ExecuTorch)."""
+    return _is_artifact(artifact, "ExecutorchProgramManager", ".pte")
+
+
+#: (module that registers the runner, the predicate it registers it with)
 _LAZY_RUNNERS: list[tuple[str, Callable[[Any], bool]]] = [
-    ("engine.runtime_onnx", lambda a: is_artifact(a, "ONNXProgram", ".onnx")),
-    ("engine.runtime_executorch", lambda a: is_artifact(a, "ExecutorchProgramManager", ".pte")),
+    ("engine.runtime_onnx", is_onnx_artifact),
+    ("engine.runtime_executorch", is_executorch_artifact),
 ]
-
-
 _RUNNERS: list[tuple[Callable[[Any], bool], Runner]] = []
 
 

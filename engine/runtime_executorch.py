@@ -20,11 +20,7 @@ from engine.artifact_meta import META_METHOD
 from engine.errors import ExportStageError, InputError, require
 from engine.input_checks import LeafSpec, bounds_spec, check_leaves
 from engine.pytree import get_leaf_tensors
-from engine.runtime import is_artifact, register_runner
-
-
-def _is_executorch_artifact(artifact: Any) -> bool:
-    return is_artifact(artifact, "ExecutorchProgramManager", ".pte")
+from engine.runtime import is_executorch_artifact, register_runner
 
 
 def load_program(artifact: Any):
@@ -84,7 +80,7 @@ def missing_kernels(artifact: Any) -> list[str]:
     return sorted(called - registered)
 
 
-@register_runner(_is_executorch_artifact)
+@register_runner(is_executorch_artifact)
 def run_executorch(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     program, meta = load_program(artifact)
     flat = check_inputs(meta, inputs)

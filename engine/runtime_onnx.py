@@ -22,17 +22,13 @@ from engine.artifact_meta import GUARDS_KEY, INPUT_LEAVES_KEY, INPUT_PREFIX, OUT
 from engine.errors import ExportStageError, InputError, require
 from engine import shape_guards
 from engine.pytree import iter_leaf_tensors
-from engine.runtime import is_artifact, register_runner
+from engine.runtime import is_onnx_artifact, register_runner
 
 EXTRA = "onnx"
 PROVIDERS = ["CPUExecutionProvider"]
 
 #: sessions of in-memory programs, dropped with the program
 _SESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _is_onnx_artifact(artifact: Any) -> bool:
-    return is_artifact(artifact, "ONNXProgram", ".onnx")
 
 
 def _artifact_name(artifact: Any) -> str:
@@ -82,7 +78,7 @@ def _recorded_leaves(session, key: str, count: int) -> list[str] | None:
     return names if len(names) <= count else None
 
 
-@register_runner(_is_onnx_artifact)
+@register_runner(is_onnx_artifact)
 def run_onnx(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Run on onnxruntime (CPU); ``{output leaf name: tensor}``, in graph output order.
 

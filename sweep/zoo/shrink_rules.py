@@ -19,9 +19,8 @@ from sweep.zoo.fields import (AUDIO_POSITIONS, CHANNEL_LISTS, CONTEXT_PATCHES, D
                               KV_HEAD_COUNTS, LAYER_COUNTS, LAYER_INDEX_FIELDS, LOW_RANKS, MAX_KEYPOINTS, MAX_QUERIES,
                               MAX_SINKHORN, MAX_FRAMES, OTHER_LAYER_COUNTS, PASS_COUNTS, POSITIONS, PRIMARY_WIDTHS,
                               QUERY_COUNTS, ROPE_HEAD_DIMS, SHARED_EXPERTS, SMALL_STATE, STAGE_BLOCK_COUNTS, STATE_SIZES,
-                              VOCABS, WIDE,
-                              ZERO_EXPERTS, hashable, int_list, is_int, is_intermediate_name, is_token_field,
-                              is_width_name, primary_width, proportional, resample_pattern)
+                              VOCABS, WIDE, ZERO_EXPERTS, hashable, int_list, is_int, is_intermediate_name,
+                              is_token_field, is_width_name, primary_width, proportional, resample_pattern)
 from sweep.zoo.profiles import Profile
 
 
