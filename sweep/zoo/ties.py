@@ -9,10 +9,11 @@ so the backends then compute with other queries or experts, and the comparison m
 the export (pytorch/pytorch#27542). Trained weights do not tie. The zoo records, during one eager forward, the
 floating-point ``topk`` calls whose top ``k + 1`` values hold a tie, and rebuilds such a model with every
 ``initializer_range`` of its config wider (x2, x4, then x10: the least that works) and every constant weight matrix
-drawn at that width (:func:`widened`); the rebuild is kept only where it selects among distinct scores and is well conditioned: its
-float32 eager outputs match its float64 eager outputs at the sweep's tolerance (:func:`well_conditioned`). At x10
-DFine's encoder states reach 233 and float32 rounding alone moves them by 6e-4, past 1e-4: a comparison of
-backends there measures rounding, so such a rebuild is not kept (the model stays as built, its ties listed).
+drawn at that width (:func:`widened`); the rebuild is kept only where it selects among distinct scores and is well
+conditioned: its float32 eager outputs match its float64 eager outputs at the sweep's tolerance
+(:func:`sweep.zoo.conditioning.well_conditioned`). At x10 DFine's encoder states reach 233 and float32 rounding
+alone moves them by 6e-4, past 1e-4: a comparison of backends there measures rounding, so such a rebuild is not
+kept (the model stays as built, its ties listed).
 """
 
 from __future__ import annotations
@@ -97,25 +98,3 @@ def redraw_constant_matrices(model: torch.nn.Module, std: float, seed: int) -> i
                 parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype) * std)
                 drawn += 1
     return drawn
-
-
-def well_conditioned(model: torch.nn.Module, inputs: dict[str, Any], atol: float = 1e-4, rtol: float = 1e-4) -> bool:
-    """Whether ``model``'s float32 eager outputs match a float64 copy's within ``atol``/``rtol``: whether a
-    comparison at that tolerance can tell an exporter's error from float32 rounding on this sample. A model whose
-    float64 copy does not run (``torch._grouped_mm`` takes float32 and narrower only) cannot be judged so: True."""
-    from engine.compare import compare_leaves
-    from engine.pytree import get_leaf_tensors
-
-    wide = copy.deepcopy(model).double()
-    wide_inputs = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                   for k, v in copy.deepcopy(inputs).items()}
-    with torch.no_grad():
-        single = get_leaf_tensors(model(**copy.deepcopy(inputs)))
-        try:
-            double = get_leaf_tensors(wide(**wide_inputs))
-        except RuntimeError:
-            return True
-    if single.keys() != double.keys():
-        return False
-    reference = {k: v.to(single[k].dtype) if v.is_floating_point() else v for k, v in double.items()}
-    return compare_leaves(reference, single, atol=atol, rtol=rtol).ok
