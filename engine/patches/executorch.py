@@ -128,6 +128,31 @@ def _rejecting(original, refused):
     return check_constraints
 
 
+@register_patch("executorch", "torch._subclasses.fake_impls.op_implementations_dict", requires=EXECUTORCH_RANGE)
+def _patch_nonzero_planned_row_major(original):
+    """Pattern: any use of ``torch.nonzero`` (``mask.nonzero().squeeze(-1)``, ``argwhere``, index lists built from a
+    mask) in an ExecuTorch program.
+
+    torch's CPU ``nonzero`` returns its ``(n, ndim)`` indices column-major (strides ``(1, n)``), and so does its fake
+    kernel since https://github.com/pytorch/pytorch/pull/130440. ExecuTorch plans the output's dim order from those
+    strides, ``(1, 0)``, but its portable ``nonzero`` kernel writes the indices row-major. Every consumer then fails
+    or computes garbage: ``squeeze_copy``, ``add`` and the other kernels that check their tensors' dim orders stop
+    the program with 0x12 (InvalidArgument, 'tensors_have_same_dim_order'), and a copy to contiguous order
+    transposes the row-major data (wrong indices, no error). While an ExecuTorch program is traced and lowered, the
+    fake kernel returns the indices row-major, as that kernel writes them; values are unchanged (strides are
+    layout, not data). Replaces the fake-kernel table for the export only (restored after). TODO: upstream
+    ExecuTorch issue not found (2026-11-28): the portable kernel could honour the planned dim order instead.
+    """
+    nonzero = torch.ops.aten.nonzero.default
+    column_major = original[nonzero]
+
+    def row_major(fake_mode, func, arg):
+        out = column_major(fake_mode, func, arg)
+        return arg.new_empty((out.shape[0], arg.dim()), dtype=torch.int64)
+
+    return {**original, nonzero: row_major}
+
+
 @register_patch(
     "executorch",
     "executorch.exir.tensor.dim_order_from_stride",

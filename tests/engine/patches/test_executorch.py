@@ -261,6 +261,34 @@ def test_dim_order_of_a_data_dependent_stride():
         assert comparison.ok, str(comparison)
 
 
+class _NonzeroIndices(torch.nn.Module):
+    """A mask's indices used three ways: squeezed to pick rows (1-D mask), offset, and one column read (2-D mask)."""
+
+    def forward(self, x, grid):
+        rows = (x > 0).nonzero().squeeze(-1)
+        cells = (grid > 0).nonzero()
+        return x.index_select(0, rows) * 2, cells + 1, cells[:, 1] * 3
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_nonzero_indices_are_planned_as_the_kernel_writes_them(dynamic):
+    """Without the patch the program fails (0x12: squeeze_copy and add check their dim orders) or, past a copy to
+    contiguous order, reads the row-major indices transposed."""
+    import engine.patches.executorch  # noqa: F401  (registers the patch the first export would)
+    from engine.patches import patch_disabled
+
+    model = _NonzeroIndices().eval()
+    torch.manual_seed(0)
+    sample = {"x": torch.randn(16), "grid": torch.randn(4, 5)}
+    with patch_disabled("executorch", "_patch_nonzero_planned_row_major"), pytest.raises(Exception, match="0x12"):
+        run_exported(ExecutorchExporter().export(model, sample, config={"dynamic": dynamic}), sample)
+    manager = ExecutorchExporter().export(model, sample, config={"dynamic": dynamic})
+    others = [{"x": torch.randn(12), "grid": torch.randn(3, 6)}] if dynamic else []
+    for inputs in (sample, *others):
+        comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=0, rtol=0)
+        assert comparison.ok, str(comparison)
+
+
 class _SelectedKeyCounts(torch.nn.Module):
     """GLM-5-Next's top-k attention mask: how often each key is selected, counted with int32 indices."""
 
