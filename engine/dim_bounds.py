@@ -266,7 +266,8 @@ def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits)
                 table[sym] = ValueRanges(lower, max(cap, int(lower)))
                 if sym not in caps:
                     internal.add(sym)
-    for sym, bound in _split_piece_bounds(program, {**env_ranges, **ranges}).items():
+    known = {**env_ranges, **ranges}
+    for sym, bound in {**_split_piece_bounds(program, known), **_mask_count_bounds(program, known)}.items():
         for table in (ranges, env_ranges):
             if sym in internal and sym in table and bound > table[sym].upper:
                 table[sym] = ValueRanges(table[sym].lower, bound)
@@ -308,6 +309,49 @@ def _split_piece_bounds(program: torch.export.ExportedProgram, ranges: dict[Any,
             expr = piece.node.expr if isinstance(piece, torch.SymInt) else None
             if expr is not None and expr.is_Symbol and free_unbacked_symbols(expr):
                 bounds[expr] = max(bounds.get(expr, 0), int(upper))
+    return bounds
+
+
+#: ops whose output counts a mask's true (nonzero) elements, in the IRs a program is bounded in
+_MASK_COUNT_OPS = ("nonzero", "argwhere", "masked_select", "index")
+
+
+def _mask_count_bounds(program: torch.export.ExportedProgram, ranges: dict[Any, ValueRanges]) -> dict[Any, int]:
+    """Pattern: the rows a mask selects (``x[mask]``, ``mask.nonzero()``, ``masked_select``: FunASR-Nano keeps
+    the audio frames its feature mask marks, batch x frames of them): their count is an unbacked symbol, which gets
+    the fallback bound (the largest input dim's cap), while the mask can hold more true elements than that, so the
+    runtime finds more rows than it planned ('Attempted to resize a bounded tensor with a maximum capacity of 2560
+    elements to 4096', 0x12). A count is at most the mask's number of elements: each such symbol's bound is that
+    number at the chosen caps (never lowered)."""
+    import math
+
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    bounds: dict[Any, int] = {}
+    for node in program.graph.nodes:
+        name = getattr(node.target, "_opname", None) if node.op == "call_function" else None
+        if name not in _MASK_COUNT_OPS:
+            continue
+        if name == "index":  # only boolean indices count elements
+            masks = [i for i in (node.args[1] if len(node.args) > 1 else ()) if isinstance(i, torch.fx.Node)
+                     and getattr(i.meta.get("val"), "dtype", None) == torch.bool]
+        else:
+            masks = [a for a in node.args[:2] if isinstance(a, torch.fx.Node)]
+        vals = [m.meta.get("val") for m in masks]
+        out = node.meta.get("val")
+        if not vals or not all(isinstance(v, torch.Tensor) for v in vals) or not isinstance(out, torch.Tensor):
+            continue
+        counts = [d.node.expr for d in out.shape if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol
+                  and free_unbacked_symbols(d.node.expr)]
+        if not counts:
+            continue
+        shape = torch.broadcast_shapes(*(v.shape for v in vals))  # masked_select broadcasts its two operands
+        numel = math.prod(shape)
+        upper = bound_sympy(numel.node.expr, ranges).upper if isinstance(numel, torch.SymInt) else int(numel)
+        if _unbounded(upper):
+            continue
+        for count in counts:
+            bounds[count] = max(bounds.get(count, 0), int(upper))
     return bounds
 
 

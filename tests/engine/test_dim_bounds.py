@@ -348,3 +348,32 @@ def test_a_data_dependent_split_is_planned_up_to_the_dim_it_cuts():
     program = torch.export.export(model, (torch.randn(2, 5, 4),), dynamic_shapes=({0: batch, 1: length},))
     bounds = _split_piece_bounds(program, program.range_constraints)
     assert len(bounds) == 3 and set(bounds.values()) == {8 * 32}  # each piece: up to every token of the batch
+
+
+class _MaskedRows(torch.nn.Module):
+    """The rows a mask keeps, as indexing and as nonzero (FunASR-Nano keeps the audio frames its feature mask marks)."""
+
+    def forward(self, x, mask):
+        return {"picked": x[mask] * 2, "where": mask.nonzero() + 1}
+
+
+def test_rows_a_mask_selects_are_planned_up_to_the_masks_size():
+    """The selected count is an unbacked size; planned at the fallback (the sequence cap) a mask keeping every
+    frame of two sequences near that cap overflows its plan at run time ('Attempted to resize a bounded tensor').
+    Bounded by the mask's number of elements, it runs."""
+    from engine.dim_bounds import _mask_count_bounds
+
+    model = _MaskedRows().eval()
+    sample = {"x": torch.randn(2, 5, 4), "mask": torch.rand(2, 5) > 0.5}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnboundedDimWarning)
+        manager = ExecutorchExporter().export(model, sample, config=ExecutorchConfig(dynamic=True, max_seq_len=32))
+    longest = {"x": torch.randn(2, 30, 4), "mask": torch.ones(2, 30, dtype=torch.bool)}  # 60 rows, above the cap
+    comparison = compare_leaves(eager_leaves(model, longest), run_exported(manager, longest), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
+
+    batch, length = torch.export.Dim("batch", max=8), torch.export.Dim("length", max=32)
+    program = torch.export.export(model, (), {"x": sample["x"], "mask": sample["mask"]},
+                                  dynamic_shapes={"x": {0: batch, 1: length}, "mask": {0: batch, 1: length}})
+    bounds = _mask_count_bounds(program, program.range_constraints)
+    assert bounds and set(bounds.values()) == {8 * 32}  # the count (shared by both): up to every mask element
