@@ -217,6 +217,38 @@ def _patch_unsqueeze_with_several_dynamic_dims(original):
     return _rejecting(original, lambda node: _dynamic_dims(node.meta.get("val")) > 1)
 
 
+def _rank(value) -> int:
+    return value.ndim if isinstance(value, torch.Tensor) else 0
+
+
+@register_patch(
+    "executorch",
+    "executorch.backends.xnnpack.partition.config.xnnpack_config.XNNPartitionerConfig.check_common_constraints",
+    requires=EXECUTORCH_RANGE,
+)
+def _patch_tensors_above_xnnpacks_rank(original):
+    """Pattern: an op on a tensor of more than six dims (Inkling's image packing views its patches as
+    ``[B, T, 1, 4, 10, H/10, W/10, C]`` before a permute).
+
+    XNNPACK defines tensors of at most ``XNN_MAX_TENSOR_DIMS`` = 6 dims (executorch/backends/xnnpack/utils/
+    xnnpack_constants.py), but no partitioner config checks it: the op is delegated, the ``.pte`` is written, and
+    loading it fails ('Failed to define tensor 0 with code: xnn_status_unsupported_parameter', 0x1). Refuse such a
+    node in every config's common constraints, so it runs on the portable kernels. Upstream: no issue found for the
+    partitioner admitting tensors above XNNPACK's rank (TODO).
+    """
+    from executorch.backends.xnnpack.utils.xnnpack_constants import XNN_MAX_TENSOR_DIMS
+
+    def above_rank(node) -> bool:
+        values = [node.meta.get("val"), *(a.meta.get("val") for a in node.all_input_nodes)]
+        values = [v for value in values for v in (value if isinstance(value, (tuple, list)) else (value,))]
+        return any(_rank(v) > XNN_MAX_TENSOR_DIMS for v in values)
+
+    def check_common_constraints(self, node, ep):
+        return False if above_rank(node) else original(self, node, ep)
+
+    return check_common_constraints
+
+
 @register_patch(
     "executorch",
     "executorch.backends.xnnpack.partition.config.generic_node_configs.GeluConfig.check_constraints",

@@ -289,6 +289,28 @@ def test_nonzero_indices_are_planned_as_the_kernel_writes_them(dynamic):
         assert comparison.ok, str(comparison)
 
 
+class _EightDimPatches(torch.nn.Module):
+    """Patches viewed as an 8-D tensor and permuted (Inkling's image packing): above XNNPACK's six dims."""
+
+    def forward(self, x):
+        b, t, c, h, w = x.shape
+        patches = x.view(b, t, 1, c, 2, h // 2, 2, w // 2).permute(0, 1, 2, 4, 6, 5, 7, 3)
+        return (patches * 2 + 1).reshape(b, t * 4, -1)
+
+
+def test_an_op_above_xnnpacks_rank_runs_on_the_portable_kernels():
+    import engine.patches.executorch  # noqa: F401  (registers the patch the first export would)
+    from engine.patches import patch_disabled
+
+    model = _EightDimPatches().eval()
+    sample = {"x": torch.randn(2, 3, 4, 6, 8)}
+    with patch_disabled("executorch", "_patch_tensors_above_xnnpacks_rank"), pytest.raises(Exception, match="0x"):
+        run_exported(ExecutorchExporter().export(model, sample, config={"dynamic": False}), sample)
+    manager = ExecutorchExporter().export(model, sample, config={"dynamic": False})
+    comparison = compare_leaves(eager_leaves(model, sample), run_exported(manager, sample), atol=0, rtol=0)
+    assert comparison.ok, str(comparison)
+
+
 class _SelectedKeyCounts(torch.nn.Module):
     """GLM-5-Next's top-k attention mask: how often each key is selected, counted with int32 indices."""
 
