@@ -210,9 +210,13 @@ def generate(components: Mapping[str, Any], inputs: Mapping[str, Any], *, config
 def _run_encoders(components: Mapping[str, Any], plan: GenerationPlan, values: dict[str, Any]) -> None:
     """Run the encoders (an encoder-decoder's encoder, a multimodal model's feature extractors) into ``values``."""
     for name, feeds in plan.encoders.items():
-        outputs = _run(components, name, _fill(plan.templates[name], values, None))
         key, _, sub = feeds.partition(".")
-        template = plan.templates[plan.prefill][key]
+        template = plan.templates[plan.prefill].get(key)
+        if template is None or (sub and sub not in template):
+            # generate() ran this encoder but the captured prefill takes none of its outputs (Dots3Note encodes
+            # audio its image prompt does not hold): nothing to feed
+            continue
+        outputs = _run(components, name, _fill(plan.templates[name], values, None))
         if sub:
             values.setdefault(key, {})[sub] = fill_leaves(template[sub], outputs)
         else:

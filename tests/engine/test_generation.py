@@ -331,3 +331,25 @@ def test_a_generate_that_hands_over_to_a_sub_models_generate_is_replayed(backend
         with torch.no_grad():
             expected = model.generate(**copy.deepcopy(inputs), do_sample=False, num_beams=1, max_new_tokens=NEW_TOKENS)
         assert torch.equal(generate(components, inputs, max_new_tokens=NEW_TOKENS), expected)
+
+
+def test_an_encoder_whose_outputs_the_prefill_does_not_take_is_not_run(monkeypatch):
+    """Dots3Note's generate() encodes audio its image prompt's prefill does not hold: the plan has an ``audio``
+    encoder feeding ``mm_encoder_outputs.audio``, the captured prefill has no such entry. The runner skips it (it
+    raised KeyError: 'audio') and still feeds the image encoder's outputs."""
+    import engine.generation as generation
+    from engine.decompose import GenerationPlan
+
+    ran = []
+    outputs = {"image_features": {"": torch.ones(1, 2)}, "audio_features": {"": torch.ones(1, 5)}}
+    monkeypatch.setattr(generation, "_run", lambda components, name, kwargs: ran.append(name) or outputs[name])
+    plan = GenerationPlan(
+        templates={"image_features": {"pixel_values": torch.zeros(1, 3)},
+                   "audio_features": {"input_features": torch.zeros(1, 4)},
+                   "prefill": {"input_ids": torch.zeros(1, 2, dtype=torch.long),
+                               "mm_encoder_outputs": {"image": torch.zeros(1, 2)}}},
+        encoders={"image_features": "mm_encoder_outputs.image", "audio_features": "mm_encoder_outputs.audio"})
+    values = {"pixel_values": torch.ones(1, 3), "input_features": torch.ones(1, 4)}
+    generation._run_encoders({}, plan, values)
+    assert ran == ["image_features"]
+    assert torch.equal(values["mm_encoder_outputs"]["image"], torch.ones(1, 2))
