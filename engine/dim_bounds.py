@@ -286,8 +286,6 @@ def _split_piece_bounds(program: torch.export.ExportedProgram, ranges: dict[Any,
     pieces split a dim that can be larger (tokens x top-k flattened from batch x sequence), so the runtime finds a
     piece larger than its plan. A piece is at most the dim it is cut from: each such symbol's bound is that dim's
     upper bound at the chosen caps (never lowered)."""
-    from torch.utils._sympy.value_ranges import bound_sympy
-
     bounds: dict[Any, int] = {}
     for node in program.graph.nodes:
         if node.op != "call_function" or getattr(node.target, "_opname", None) not in _SPLIT_OPS:
@@ -297,19 +295,25 @@ def _split_piece_bounds(program: torch.export.ExportedProgram, ranges: dict[Any,
         val = getattr(source, "meta", {}).get("val")
         if not isinstance(sizes, (list, tuple)) or not isinstance(val, torch.Tensor) or not isinstance(dim, int):
             continue
-        length = val.shape[dim]
-        if not isinstance(length, torch.SymInt):
-            upper = int(length)
-        else:
-            upper = bound_sympy(length.node.expr, ranges).upper
-            if _unbounded(upper):
-                continue
+        upper = _upper_bound(val.shape[dim], ranges)
+        if upper is None:
+            continue
         for size in sizes:
             piece = getattr(size, "meta", {}).get("val") if isinstance(size, torch.fx.Node) else size
             expr = piece.node.expr if isinstance(piece, torch.SymInt) else None
             if expr is not None and expr.is_Symbol and free_unbacked_symbols(expr):
-                bounds[expr] = max(bounds.get(expr, 0), int(upper))
+                bounds[expr] = max(bounds.get(expr, 0), upper)
     return bounds
+
+
+def _upper_bound(size: Any, ranges: dict[Any, ValueRanges]) -> int | None:
+    """A size's upper bound at ``ranges``; None where it has none."""
+    if not isinstance(size, torch.SymInt):
+        return int(size)
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    upper = bound_sympy(size.node.expr, ranges).upper
+    return None if _unbounded(upper) else int(upper)
 
 
 #: ops whose output counts a mask's true (nonzero) elements, in the IRs a program is bounded in
@@ -324,8 +328,6 @@ def _mask_count_bounds(program: torch.export.ExportedProgram, ranges: dict[Any, 
     elements to 4096', 0x12). A count is at most the mask's number of elements: each such symbol's bound is that
     number at the chosen caps (never lowered)."""
     import math
-
-    from torch.utils._sympy.value_ranges import bound_sympy
 
     bounds: dict[Any, int] = {}
     for node in program.graph.nodes:
@@ -345,13 +347,12 @@ def _mask_count_bounds(program: torch.export.ExportedProgram, ranges: dict[Any, 
                   and free_unbacked_symbols(d.node.expr)]
         if not counts:
             continue
-        shape = torch.broadcast_shapes(*(v.shape for v in vals))  # masked_select broadcasts its two operands
-        numel = math.prod(shape)
-        upper = bound_sympy(numel.node.expr, ranges).upper if isinstance(numel, torch.SymInt) else int(numel)
-        if _unbounded(upper):
+        # masked_select broadcasts its two operands
+        upper = _upper_bound(math.prod(torch.broadcast_shapes(*(v.shape for v in vals))), ranges)
+        if upper is None:
             continue
         for count in counts:
-            bounds[count] = max(bounds.get(count, 0), int(upper))
+            bounds[count] = max(bounds.get(count, 0), upper)
     return bounds
 
 

@@ -217,10 +217,6 @@ def _patch_unsqueeze_with_several_dynamic_dims(original):
     return _rejecting(original, lambda node: _dynamic_dims(node.meta.get("val")) > 1)
 
 
-def _rank(value) -> int:
-    return value.ndim if isinstance(value, torch.Tensor) else 0
-
-
 @register_patch(
     "executorch",
     "executorch.backends.xnnpack.partition.config.xnnpack_config.XNNPartitionerConfig.check_common_constraints",
@@ -241,7 +237,7 @@ def _patch_tensors_above_xnnpacks_rank(original):
     def above_rank(node) -> bool:
         values = [node.meta.get("val"), *(a.meta.get("val") for a in node.all_input_nodes)]
         values = [v for value in values for v in (value if isinstance(value, (tuple, list)) else (value,))]
-        return any(_rank(v) > XNN_MAX_TENSOR_DIMS for v in values)
+        return any(isinstance(v, torch.Tensor) and v.ndim > XNN_MAX_TENSOR_DIMS for v in values)
 
     def check_common_constraints(self, node, ep):
         return False if above_rank(node) else original(self, node, ep)

@@ -119,7 +119,7 @@ def _smallest_running_case(name: str, seed: int, config: Any) -> Case:
             failures.append(exc)
             continue
         case = _case(name, record, model, case_inputs, profile.name, start, "synthesised")
-        if case.num_parameters <= PARAMETER_BUDGET or rules.get("over_budget"):
+        if _fits_budget(case, rules):
             return case
         over_budget = over_budget if over_budget and over_budget.num_parameters <= case.num_parameters else case
         break
@@ -150,18 +150,17 @@ def _well_conditioned_case(name: str, seed: int, case: Case) -> Case:
     record = catalog.record(name)
     cls = model_class(name)
     rules = overrides.for_class(name, record.model_type)
-    names = rules.get("profiles")
     start = time.perf_counter()
     over_budget: Case | None = None
-    for profile in (*BUDGET_PROFILES, *PROFILES):
-        if profile.name == case.profile or (names is not None and profile.name not in names):
+    for profile in _ladder(rules, (*BUDGET_PROFILES, *PROFILES)):
+        if profile.name == case.profile:
             continue
         try:
             model, case_inputs = _build_and_run(cls, profile, rules, seed, name)
         except ZooError:
             continue
         other = _case(name, record, model, case_inputs, profile.name, start, "synthesised")
-        over = other.num_parameters > PARAMETER_BUDGET and not rules.get("over_budget")
+        over = not _fits_budget(other, rules)
         if over and over_budget is not None:
             continue
         other.inputs = _with_rope_positions(model, other.inputs)
@@ -181,10 +180,14 @@ def _conditioned(other: Case, case: Case) -> Case:
     return other
 
 
-def _ladder(rules: dict) -> list[Profile]:
+def _ladder(rules: dict, profiles: tuple[Profile, ...] = PROFILES) -> list[Profile]:
+    """``profiles`` in order, restricted to those an override names."""
     names = rules.get("profiles")
-    ladder = [p for p in PROFILES if names is None or p.name in names]
-    return ladder
+    return [p for p in profiles if names is None or p.name in names]
+
+
+def _fits_budget(case: Case, rules: dict) -> bool:
+    return case.num_parameters <= PARAMETER_BUDGET or bool(rules.get("over_budget"))
 
 
 def _case(name, record, model, case_inputs, profile, start, source) -> Case:
