@@ -339,7 +339,7 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
     Every candidate of a round is tried before the first lesson learned from their errors is applied, so a new
     lesson never hides a layout that already runs.
     """
-    hints = Hints()
+    hints = Hints(extra=tuple(overrides.for_class(name, getattr(model.config, "model_type", "")).get("inputs", ())))
     errors: list[str] = []
     implicit: dict | None = None  # a config value the model's own errors asked for (rebuilt once with it)
     for _ in range(MISMATCH_RETRIES + 1):

@@ -137,10 +137,15 @@ def is_intermediate_name(key: str) -> bool:
     return any(w in key.lower() for w in INTERMEDIATE_WORDS)
 
 
-def is_token_field(key: str) -> bool:
+def is_token_field(key: str, config_class: type | None = None) -> bool:
+    """Whether ``key`` holds a token id: by its name, or (given its config class) as the field an ``attribute_map``
+    alias with a token-id name reads (Molmo2's ``image_token_id`` is ``image_patch_id``)."""
     k = key.lower()
-    return k.endswith(("_token_id", "_token_ids", "_token_index", "_token_idx", "_id_token")) or k in {
-        "pad_token_id", "image_token_index", "decoder_start_token_id", "padding_idx", "mask_token_id"}
+    if k.endswith(("_token_id", "_token_ids", "_token_index", "_token_idx", "_id_token")) or k in {
+            "pad_token_id", "image_token_index", "decoder_start_token_id", "padding_idx", "mask_token_id"}:
+        return True
+    aliases = getattr(config_class, "attribute_map", None) or {}
+    return any(target == key and is_token_field(alias) for alias, target in aliases.items())
 
 
 def is_vocab(key: str) -> bool:

@@ -109,7 +109,7 @@ def token_id_map(root: Node, vocab: int) -> dict[int, int]:
     ids = set()
     for node in root.walk():
         for key, value in node.args.items():
-            if not is_token_field(key):
+            if not is_token_field(key, node.cls):
                 continue
             values = value if isinstance(value, (list, tuple)) else [value]
             ids.update(v for v in values if is_int(v) and v >= vocab)

@@ -54,7 +54,7 @@ class NodeShrink:
 def remap_token_ids(s: NodeShrink) -> None:
     """Special token ids outside the new vocab take their new ids (the same map in every sub-config)."""
     for key, value in list(s.args.items()):
-        if not is_token_field(key):
+        if not is_token_field(key, s.node.cls):
             continue
         if is_int(value) and value in s.token_map:
             s.args[key] = s.token_map[value]
@@ -464,7 +464,7 @@ def _fill_required_unset(node: Node, profile: Profile, token_map: dict[int, int]
         args["vocab_size"] = profile.vocab
     if "pad_token_id" in node.fields and args.get("pad_token_id") is None and is_int(args.get("vocab_size")):
         # the smallest id no other special token uses (padding ids also index position tables, e.g. ESM)
-        used = {v for k, v in args.items() if is_token_field(k) and is_int(v)}
+        used = {v for k, v in args.items() if is_token_field(k, node.cls) and is_int(v)}
         args["pad_token_id"] = min(i for i in range(len(used) + 1) if i not in used)
     if "default_language" in node.fields and args.get("default_language") is None and args.get("languages"):
         args["default_language"] = list(args["languages"])[0]  # X-MOD refuses to guess the language adapter

@@ -69,3 +69,26 @@ def test_an_m_rope_case_passes_the_models_own_positions():
     case = build.build_case("Qwen2VLModel")
     ids = case.inputs["input_ids"]
     assert case.inputs["position_ids"].shape == (3, *ids.shape)
+
+
+def test_inputs_an_override_names_are_in_the_sample():
+    """PaliGemma is a prefix LM: its processor always returns token_type_ids, and without them its eager forward
+    disagrees with itself (a causal mask SDPA drops when all ones, attention said bidirectional). Its override names
+    them, so the sample holds them, and with them the SDPA and eager attention paths agree."""
+    case = build.build_case("PaliGemmaModel")
+    ids = case.inputs["token_type_ids"]
+    assert ids.shape == case.inputs["input_ids"].shape and not ids.any()  # the whole prompt is the prefix
+    outputs = {}
+    for implementation in ("sdpa", "eager"):
+        case.model.set_attn_implementation(implementation)
+        with torch.no_grad():
+            outputs[implementation] = case.model(**case.inputs).last_hidden_state
+    torch.testing.assert_close(outputs["sdpa"], outputs["eager"], rtol=1e-4, atol=1e-4)
+
+
+def test_omdet_turbo_builds_with_sizes_following_its_shrunk_towers():
+    """OmDet-Turbo sizes its encoder inputs, LayerNorms and class projection apart from its towers: the override
+    makes them agree with the shrunk Swin and text towers, and the detector runs."""
+    case = build.build_case("OmDetTurboForObjectDetection")
+    assert case.num_parameters <= build.PARAMETER_BUDGET
+    assert {"pixel_values", "classes_input_ids", "tasks_input_ids"} <= set(case.inputs)

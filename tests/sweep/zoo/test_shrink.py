@@ -43,6 +43,18 @@ def test_token_ids_are_remapped_consistently_across_sub_configs():
     assert config.image_token_id == mapping[LlavaConfig().image_token_id]
 
 
+def test_a_token_id_field_an_alias_names_is_remapped():
+    """Molmo2's image tokens sit in ``image_patch_id``, which only its ``attribute_map`` (``image_token_id``) says is a
+    token id: it is remapped into the shrunk vocabulary with the other special ids, so the embedding holds it."""
+    from transformers import Molmo2Config
+
+    assert not fields.is_token_field("image_patch_id")
+    assert fields.is_token_field("image_patch_id", Molmo2Config)
+    config = shrink.shrink_config(Molmo2Config)
+    assert config.image_patch_id < config.text_config.vocab_size
+    assert config.image_token_id == config.image_patch_id
+
+
 def test_derived_fields_are_rederived():
     # head_dim is derived from hidden/heads in the default; it must follow the tiny widths.
     config = shrink.shrink_config(LlamaConfig)
