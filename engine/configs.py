@@ -125,6 +125,11 @@ class ExecutorchConfig(DynamoConfig):
     - ``max_planned_tensor_mb``: the largest tensor the program may plan at its dim bounds (MiB). A program over
       it is refused at export with :class:`~engine.errors.PlannedMemoryError` naming the tensor and the bounds,
       where the runtime would fail to allocate it or die running it. ``None``: no limit.
+    - ``single_trace``: trace the model once, straight to the ATen IR the lowering takes (ExecuTorch's
+      decomposition table, the ops the partitioner may keep left whole: :func:`engine.executorch_lowering.trace_table`),
+      instead of ``torch.export.export`` and then the lowering's decomposition retrace. ``False`` takes the two
+      passes (also the fallback where torch or ExecuTorch lacks the steps; a program the partitioner does not take
+      whole, or that an FX fix left with ops the table decomposes, is decomposed once more while lowering).
     """
 
     export_format: ClassVar[str] = "executorch"
@@ -132,6 +137,7 @@ class ExecutorchConfig(DynamoConfig):
     backend: str = "xnnpack"
     max_seq_len: int | None = None
     max_planned_tensor_mb: int | None = 4096
+    single_trace: bool = True
 
     def __post_init__(self):
         super().__post_init__()

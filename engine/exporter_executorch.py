@@ -2,7 +2,8 @@
 
 ``export()`` reads as the six stages every exporter shares (:mod:`engine`): **prepare** the backend
 (:data:`BACKENDS`: ``xnnpack`` CPU/fp32 with ``XnnpackPartitioner``, ``cuda`` CUDA/bf16 with ``CudaPartitioner``),
-**trace** (:meth:`DynamoExporter.trace`, with the ``"executorch"`` patches), **fix the program** (finite dim bounds
+**trace** (:meth:`DynamoExporter.trace`, with the ``"executorch"`` patches; by default straight to the ATen IR the
+lowering takes, :func:`engine.executorch_lowering.trace_table`), **fix the program** (finite dim bounds
 for memory planning, :mod:`engine.dim_bounds`; the FX fixes of :mod:`engine.patches.executorch`), **lower**
 (:func:`engine.executorch_lowering.lower`: ``to_edge_transform_and_lower`` with one decomposition pass, the
 ``"executorch"`` patches active), **describe** (:mod:`engine.pte_metadata`: the ``.pte`` carries its input leaves,
@@ -29,11 +30,12 @@ from engine.configs import ExecutorchConfig
 from engine.errors import ConfigError, ExportStageError, MissingDependencyError, require
 from engine.exporter_dynamo import DynamoExporter, stack_traces_as_configured
 from engine.dim_bounds import DimLimits, bound_dynamic_dims
-from engine.executorch_lowering import lower
+from engine.executorch_lowering import lower, trace_table
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches
 from engine.prepare import has_settable_experts, model_name, split_inputs
 from engine.pte_metadata import drop_none_outputs, program_metadata, tensor_output_names, warn_specialised_by_lowering
 from engine.shape_guards import program_guards
+from engine.single_trace import export_decomposed, single_trace_supported
 
 logger = logging.getLogger("engine")
 
@@ -130,6 +132,8 @@ class ExecutorchExporter(DynamoExporter):
         traced_inputs, _ = split_inputs(inputs)
 
         # ── Stage 2: Trace (the "executorch" patches active with the "dynamo" ones) ──────────────────
+        # straight to the ATen IR the lowering takes where it can (config.single_trace: one trace, not two)
+        self._trace_table = trace_table(partitioners) if config.single_trace and single_trace_supported() else None
         program = self.trace(model, inputs, config)
         guards = program_guards(program)  # what the model's code assumed of the traced sizes, checked by the runner
 
@@ -166,6 +170,30 @@ class ExecutorchExporter(DynamoExporter):
                 raise
             except Exception as e:
                 raise ExportStageError("lower", name, e) from e
+
+    def export_program(self, model: torch.nn.Module, inputs: Mapping[str, Any], dynamic_shapes: Any,
+                       config: ExecutorchConfig) -> torch.export.ExportedProgram:
+        """Trace straight to the ATen IR the lowering takes (``config.single_trace``, the table of
+        :func:`engine.executorch_lowering.trace_table`), or ``torch.export.export`` for the two passes."""
+        table = getattr(self, "_trace_table", None)
+        if table is None:
+            return super().export_program(model, inputs, dynamic_shapes, config)
+        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+        try:
+            return export_decomposed(
+                model,
+                inputs,
+                table,
+                dynamic_shapes=dynamic_shapes,
+                strict=config.strict,
+                prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+                size_oblivious=False,  # as run_decompositions runs the table
+            )
+        except GuardOnDataDependentSymNode:
+            # as for ONNX (engine.exporter_onnx): decomposing while tracing can guard on an unbacked size the two
+            # passes leave symbolic; a model data-dependent for torch.export itself fails there as before
+            return super().export_program(model, inputs, dynamic_shapes, config)
 
     @staticmethod
     def save(program, path: str | os.PathLike) -> str:

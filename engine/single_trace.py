@@ -13,6 +13,11 @@ AOTAutograd decompositions. ``torch.onnx.export`` retraces under ``backed_size_o
 does not specialise a size to 0 or 1), so those AOTAutograd decompositions run under it here too. The model's
 own code, and the composite ops, are traced as torch.export traces them: not size-oblivious.
 
+ExecuTorch (:class:`engine.ExecutorchExporter`, ``ExecutorchConfig.single_trace``) traces with its lowering's
+table the same way, less the ops its partitioner may keep whole and those its FX fixes rewrite
+(:func:`engine.executorch_lowering.trace_table`), and runs the decompositions as ``run_decompositions`` does (not
+size-oblivious); the lowering then decomposes again only where a kept node is one the partitioner does not take.
+
 This reaches into private torch.export functions (``torch/export/_trace.py``, ``exported_program.py``);
 :func:`single_trace_supported` says whether the installed torch has them, and callers fall back to the two
 passes where it does not.
@@ -56,12 +61,15 @@ def export_decomposed(
     dynamic_shapes: Any = None,
     strict: bool = False,
     prefer_deferred_runtime_asserts_over_guards: bool = False,
+    size_oblivious: bool = True,
 ) -> torch.export.ExportedProgram:
-    """``torch.export.export(model, (), kwargs, ...)`` then ``.run_decompositions(decomp_table)``, in one trace."""
+    """``torch.export.export(model, (), kwargs, ...)`` then ``.run_decompositions(decomp_table)``, in one trace.
+    ``size_oblivious``: run the table's decompositions under ``backed_size_oblivious``, as ``torch.onnx.export``
+    retraces (``False``: as ``run_decompositions`` itself runs them)."""
     from torch.export import _trace
     from torch.export.exported_program import _override_composite_implicit_decomp
 
-    composite_decompositions, post_autograd_decompositions = _split_table(decomp_table)
+    composite_decompositions, post_autograd_decompositions = _split_table(decomp_table, size_oblivious)
     to_aten = _trace._export_to_aten_ir
 
     def export_to_aten_ir(*args, decomp_table=None, **kw):
@@ -90,19 +98,21 @@ def loaded_op_count() -> int:
 
 
 #: split tables by (the table's entries, ops the dispatcher knows): a sweep exports with the same table again and again
-_SPLITS: dict[tuple[frozenset, int], tuple[dict, dict]] = {}
+_SPLITS: dict[tuple[frozenset, int, bool], tuple[dict, dict]] = {}
 
 
-def _split_table(decomp_table: Mapping[Any, Callable]) -> tuple[dict, dict]:
+def _split_table(decomp_table: Mapping[Any, Callable], size_oblivious: bool = True) -> tuple[dict, dict]:
     """The table's composite-implicit entries and its AOTAutograd decompositions (those run size-oblivious), as
     ``run_decompositions`` splits them; the split walks every composite op the dispatcher knows (0.065 CPU s), so
     it is done once per table."""
     from torch.export.exported_program import _split_decomp_table_to_cia_and_python_decomp
 
-    key = (frozenset(decomp_table.items()), loaded_op_count())
+    key = (frozenset(decomp_table.items()), loaded_op_count(), size_oblivious)
     if key not in _SPLITS:
         composite, post_autograd = _split_decomp_table_to_cia_and_python_decomp(dict(decomp_table))
-        _SPLITS[key] = composite, {op: _size_oblivious(fn) for op, fn in post_autograd.items()}
+        if size_oblivious:
+            post_autograd = {op: _size_oblivious(fn) for op, fn in post_autograd.items()}
+        _SPLITS[key] = composite, post_autograd
     composite, post_autograd = _SPLITS[key]
     return dict(composite), dict(post_autograd)
 

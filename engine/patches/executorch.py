@@ -581,7 +581,7 @@ _ZEROED = {
 }
 
 
-@register_fx_node_fix("executorch")
+@register_fx_node_fix("executorch", ops=_ZEROED)
 def _fix_symbolic_empty_as_zeros(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Make an uninitialised allocation of a symbolic size (``x.new_empty(b, h, s, d)``, ``torch.empty_like(x)``) a
     zero-filled one.

@@ -24,7 +24,7 @@ import importlib
 import sys
 import types
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +54,7 @@ class Patch:
 
 _PATCHES: dict[str, list[Patch]] = {b: [] for b in BACKENDS}
 _FX_NODE_FIXES: dict[str, list[Callable]] = {b: [] for b in BACKENDS}
+_FX_NODE_FIX_OPS: dict[str, set] = {b: set() for b in BACKENDS}
 _FX_PROGRAM_FIXES: dict[str, list[Callable]] = {b: [] for b in BACKENDS}
 
 
@@ -82,15 +83,23 @@ def register_patch(backend: str, *paths: str, requires: dict[str, str] | None = 
     return decorator
 
 
-def register_fx_node_fix(backend: str):
-    """Register ``fix(graph_module, node) -> bool`` for one backend."""
+def register_fx_node_fix(backend: str, ops: Iterable = ()):
+    """Register ``fix(graph_module, node) -> bool`` for one backend; ``ops``: the ATen ops it rewrites, which a
+    single trace keeps whole for it (:func:`fixed_ops`)."""
     _check_backend(backend)
 
     def decorator(fn):
         _FX_NODE_FIXES[backend].append(fn)
+        _FX_NODE_FIX_OPS[backend].update(ops)
         return fn
 
     return decorator
+
+
+def fixed_ops(backend: str) -> frozenset:
+    """The ATen ops the backend's FX node fixes declare they rewrite: a trace straight to a backend's decomposed IR
+    must keep them whole, or the fixes would find their decompositions instead (:mod:`engine.single_trace`)."""
+    return frozenset(_FX_NODE_FIX_OPS[backend])
 
 
 def register_fx_program_fix(backend: str):
