@@ -97,7 +97,9 @@ def _fix_searchsorted_as_comparison_count(gm: torch.fx.GraphModule, node: torch.
 
 
 @register_fx_node_fix("onnx")
-@register_fx_node_fix("executorch")
+@register_fx_node_fix("executorch", ops=(torch.ops.aten.fft_fft.default, torch.ops.aten.fft_ifft.default,
+                                         torch.ops.aten.fft_fftn.default, torch.ops.aten.fft_ifftn.default,
+                                         torch.ops.aten.fft_irfft.default))  # decomposed, they are _fft_c2c/_c2r
 def _fix_complex_tensors_as_real_pairs(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Make every complex-valued node a real ``(..., 2)`` pair (:mod:`engine.complex_pairs`), at the first one.
 
