@@ -60,9 +60,9 @@ def trace_table(partitioners: list) -> dict | None:
     """The table a single trace decomposes with (:func:`engine.single_trace.export_decomposed`): ExecuTorch's
     default decomposition table less every op a partitioner may keep whole (XNNPACK's ``linear``,
     ``upsample_bilinear2d``, ``max_pool2d``, ...), whose nodes :func:`lower` then checks one by one, and less the ops
-    the ExecuTorch FX fixes rewrite and that decompose into ops they do not (``new_empty``, ``empty_like``: the fixes
-    must find them, not their decompositions). None where the installed ExecuTorch lacks
-    a step of :func:`lower` or a partitioner names its ops only for a program."""
+    the ExecuTorch FX fixes declare they rewrite (``new_empty``, ``empty_like``, the FFTs: decomposed, they become ops
+    the fixes do not match). None where the installed ExecuTorch lacks a step of :func:`lower` or a partitioner
+    names its ops only for a program (the CUDA backend's)."""
     from executorch.exir.program import _program as steps
 
     if not all(hasattr(steps, helper) for helper in _ONE_PASS_HELPERS):
@@ -85,8 +85,9 @@ def trace_table(partitioners: list) -> dict | None:
 def _kept_whole_by_the_trace(program: torch.export.ExportedProgram, partitioners: list) -> set | None:
     """For a program traced straight to the edge-ready ATen IR with :func:`trace_table`: the kept ops (those with a
     node the partitioner takes), when the partitioners take every node of them, no node is of an op the
-    decomposition table decomposes (one an FX fix kept or put there) and no size is data-dependent; None otherwise (then :func:`lower` marks the
-    taken nodes and decomposes, as for a program of two passes) or for any other program."""
+    decomposition table decomposes (one an FX fix kept or put there) and no size is data-dependent; None otherwise
+    (then :func:`lower` marks the taken nodes and decomposes, as for a program of two passes) or for any other
+    program."""
     from executorch.exir.program import _program as steps
 
     from engine.single_trace import decomposed_with
@@ -95,7 +96,7 @@ def _kept_whole_by_the_trace(program: torch.export.ExportedProgram, partitioners
     table = trace_table(partitioners) if traced_with is not None else None
     if table is None or traced_with != frozenset(table):
         return None
-    graphs = [program.graph_module] + [submodule for _, submodule, _ in steps.get_control_flow_submodules(program.graph_module)]
+    graphs = [program.graph_module, *(sub for _, sub, _ in steps.get_control_flow_submodules(program.graph_module))]
     nodes = [node for graph_module in graphs for node in graph_module.graph.nodes if node.op == "call_function"]
     preserved: set = set()
     kept: set = set()
