@@ -36,6 +36,7 @@ from engine.shapes import (
     widen_unit_dims,
 )
 from engine.signature import flat_forward, restore_module_state
+from engine.single_trace import export_decomposed
 from engine.versions import warn_on_version_drift
 
 logger = logging.getLogger("engine")
@@ -199,6 +200,31 @@ class DynamoExporter:
             except Exception:  # the program rejects the sample (a guard the widened trace took)
                 return False
         return compare_leaves(expected, got, atol=SAMPLE_TOLERANCE, rtol=SAMPLE_TOLERANCE).ok
+
+    def export_program_decomposed(self, model: torch.nn.Module, inputs: Mapping[str, Any], dynamic_shapes: Any,
+                                  config: DynamoConfig, table: Mapping, *, size_oblivious: bool = True,
+                                  ) -> torch.export.ExportedProgram:
+        """One trace straight to the ATen IR ``table`` decomposes to (:func:`engine.single_trace.export_decomposed`),
+        for an exporter whose backend would decompose the program again; the two passes' ``torch.export.export``
+        where that trace guards on a data-dependent size."""
+        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+        try:
+            return export_decomposed(
+                model,
+                inputs,
+                table,
+                dynamic_shapes=dynamic_shapes,
+                strict=config.strict,
+                prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+                size_oblivious=size_oblivious,
+            )
+        except GuardOnDataDependentSymNode:
+            # Decomposing composite-implicit ops while tracing can guard on an unbacked size that the two passes
+            # (torch.export, then run_decompositions) leave symbolic: SAM 3's text and vision towers fail the single
+            # trace with Eq(u0*u1, 16) in _special_op_to_decompose_cia and export in two passes. Those are the
+            # fallback; a model that is data-dependent for torch.export itself fails there as before.
+            return DynamoExporter.export_program(self, model, inputs, dynamic_shapes, config)
 
     def export_program(self, model: torch.nn.Module, inputs: Mapping[str, Any], dynamic_shapes: Any,
                        config: DynamoConfig) -> torch.export.ExportedProgram:

@@ -35,7 +35,7 @@ from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_pa
 from engine.prepare import has_settable_experts, model_name, split_inputs
 from engine.pte_metadata import drop_none_outputs, program_metadata, tensor_output_names, warn_specialised_by_lowering
 from engine.shape_guards import program_guards
-from engine.single_trace import export_decomposed, single_trace_supported
+from engine.single_trace import single_trace_supported
 
 logger = logging.getLogger("engine")
 
@@ -178,22 +178,8 @@ class ExecutorchExporter(DynamoExporter):
         table = getattr(self, "_trace_table", None)
         if table is None:
             return super().export_program(model, inputs, dynamic_shapes, config)
-        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
-
-        try:
-            return export_decomposed(
-                model,
-                inputs,
-                table,
-                dynamic_shapes=dynamic_shapes,
-                strict=config.strict,
-                prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
-                size_oblivious=False,  # as run_decompositions runs the table
-            )
-        except GuardOnDataDependentSymNode:
-            # as for ONNX (engine.exporter_onnx): decomposing while tracing can guard on an unbacked size the two
-            # passes leave symbolic; a model data-dependent for torch.export itself fails there as before
-            return super().export_program(model, inputs, dynamic_shapes, config)
+        # the table's decompositions run as run_decompositions runs them (not size-oblivious, as torch.onnx's)
+        return self.export_program_decomposed(model, inputs, dynamic_shapes, config, table, size_oblivious=False)
 
     @staticmethod
     def save(program, path: str | os.PathLike) -> str:

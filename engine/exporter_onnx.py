@@ -36,7 +36,7 @@ from engine.patches.onnx import TARGET_OPSET, decompose_once_applies, onnx_decom
 from engine.prepare import model_name
 from engine.pte_metadata import drop_none_outputs
 from engine.shape_guards import program_guards
-from engine.single_trace import export_decomposed, single_trace_supported
+from engine.single_trace import single_trace_supported
 
 logger = logging.getLogger("engine")
 
@@ -75,23 +75,8 @@ class OnnxExporter(DynamoExporter):
         ``_patch_decompose_once`` then keeps ``torch.onnx.export`` from decomposing it again."""
         if not (config.single_trace and single_trace_supported() and decompose_once_applies()):
             return super().export_program(model, inputs, dynamic_shapes, config)
-        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
-
-        try:
-            return export_decomposed(
-                model,
-                inputs,
-                onnx_decomposition_table(TARGET_OPSET.get()),
-                dynamic_shapes=dynamic_shapes,
-                strict=config.strict,
-                prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
-            )
-        except GuardOnDataDependentSymNode:
-            # Decomposing composite-implicit ops while tracing can guard on an unbacked size that the two passes
-            # (torch.export, then run_decompositions) leave symbolic: SAM 3's text and vision towers fail the single
-            # trace with Eq(u0*u1, 16) in _special_op_to_decompose_cia and export in two passes. Those are the
-            # fallback; a model that is data-dependent for torch.export itself fails there as before.
-            return super().export_program(model, inputs, dynamic_shapes, config)
+        return self.export_program_decomposed(model, inputs, dynamic_shapes, config,
+                                              onnx_decomposition_table(TARGET_OPSET.get()))
 
     def _export(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: OnnxConfig):
         """The pipeline, stage by stage (the stages every exporter shares: :mod:`engine`)."""

@@ -16,6 +16,7 @@ import onnx
 import pytest
 import torch
 
+import engine.exporter_dynamo
 import engine.exporter_onnx
 import engine.patches
 import engine.patches.registry
@@ -408,7 +409,7 @@ def test_a_single_trace_needs_the_patch_that_skips_the_retrace(monkeypatch):
     """Without ``_patch_decompose_once`` torch.onnx.export would decompose a single-trace program again (three
     passes over the model instead of two), so the exporter takes the usual two."""
     single_traces = []
-    monkeypatch.setattr(engine.exporter_onnx, "export_decomposed",
+    monkeypatch.setattr(engine.exporter_dynamo, "export_decomposed",
                         lambda *args, **kwargs: single_traces.append(args) or pytest.fail("traced once without the patch"))
     make, trace_inputs, run_inputs, *_ = OP_CASES["index_put_bool_mask"]
     module = make().eval()
@@ -430,7 +431,7 @@ def test_a_single_trace_that_guards_on_data_falls_back_to_two_passes(monkeypatch
         tried.append(args)
         raise GuardOnDataDependentSymNode("Could not guard on data-dependent expression Eq(u0*u1, 16)")
 
-    monkeypatch.setattr(engine.exporter_onnx, "export_decomposed", guards)
+    monkeypatch.setattr(engine.exporter_dynamo, "export_decomposed", guards)
     make, trace_inputs, run_inputs, *_ = OP_CASES["index_put_bool_mask"]
     module = make().eval()
     program = export(module, trace_inputs, dynamic=True)
