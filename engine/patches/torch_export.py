@@ -558,6 +558,36 @@ def _patch_replacement_skipped_where_bounds_overflow(original):
     return set_replacement
 
 
+@register_patch("dynamo", "torch.fx.experimental.symbolic_shapes.DimConstraints.solve",
+                requires={"torch": ">=2.14,<2.15"})
+def _patch_constraint_solver_past_floor_division_equalities(original):
+    """Pattern: a size that must divide evenly through two floor divisions, as where a pooled-then-upsampled map
+    is concatenated with the map it came from (EfficientLoFTR's aggregation: three stride-2 convs, a 4x4 pool,
+    a 4x upsample, ``Eq(4*((((s - 1)//8) - 3)//4) + 4, ((s - 1)//8) + 1)``; Xcodec's ``x - 320*((x/40)//8)``).
+    The guard is checked and kept by the trace; only the solver that drafts "suggested fixes" after it fails:
+    the guard is an equality in one symbol, so ``DimConstraints.solve`` hands it to sympy's
+    ``reduce_inequalities`` to find the value it pins, and sympy raises ``NotImplementedError: The inequality,
+    Eq(-x/8 + 4*((x/8)//4), 0), cannot be solved using solve_univariate_inequality``, failing the export.
+
+    A divisibility guard pins no value. The symbols whose equalities sympy cannot reduce are left out of that
+    solve, as upstream proposed for such guards (pytorch/pytorch#131897: "ignore solving guards with these
+    complicated functions"); the guard stays in the program, which refuses a size that breaks it at run time
+    (``Guard failed: 4 + 4 * ((-3 + (-1 + x.size()[2]) // 8) // 4) == 1 + (-1 + x.size()[2]) // 8``). Every
+    other symbol is solved as before. Upstream: https://github.com/pytorch/pytorch/issues/131897 (closed for the
+    ``TruncToInt`` form; the ``FloorDiv`` form still raises at torch 2.14.1)."""
+    import sympy
+
+    def solve(self):
+        for symbol in list(self._symbols_with_equalities):
+            try:
+                sympy.solvers.inequalities.reduce_inequalities(self._univariate_inequalities[symbol], symbol)
+            except NotImplementedError:
+                self._symbols_with_equalities.discard(symbol)
+        return original(self)
+
+    return solve
+
+
 @register_patch("dynamo", "torch.SymInt.__mod__")
 def _patch_size_modulo_a_unit_fraction(original):
     """Pattern: a size tested against a float factor, ``if height % scale_factor != 0`` with ``scale_factor=0.5``

@@ -397,6 +397,47 @@ def test_a_size_modulo_a_float_factor_exports_with_dynamic_sizes():
     torch.testing.assert_close(program.module()(**other)["y"], _HalvedGrid()(**other)["y"])
 
 
+class _PooledSkip(torch.nn.Module):
+    """EfficientLoFTR's aggregation: three stride-2 convs, a 4x4 max-pool, a 4x upsample, concatenated with the
+    map it came from; the sizes must divide evenly, a guard through two floor divisions."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = torch.nn.Sequential(*[torch.nn.Conv2d(3, 3, 3, stride=2, padding=1) for _ in range(3)])
+        self.pool = torch.nn.MaxPool2d(4, 4)
+
+    def forward(self, x):
+        features = self.convs(x)
+        pooled = torch.nn.functional.interpolate(self.pool(features), scale_factor=4, mode="bilinear")
+        return {"y": torch.cat([features, pooled], 1)}
+
+
+def test_a_floor_division_equality_does_not_fail_the_constraint_solver():
+    """sympy cannot reduce ``Eq(4*(((s/8)//4)), s/8)`` (``NotImplementedError ... solve_univariate_inequality``
+    without the patch); with it the program exports, runs at another size that divides evenly, and keeps the
+    guard: a size that does not is refused when the program runs."""
+    from engine import DynamoExporter
+    from engine.errors import ExportStageError
+    from engine.patches.registry import patch_disabled
+
+    sample = {"x": torch.randn(2, 3, 64, 64)}
+    with patch_disabled("dynamo", "_patch_constraint_solver_past_floor_division_equalities"):
+        with pytest.raises(ExportStageError, match="cannot be solved"):
+            DynamoExporter().export(_PooledSkip().eval(), sample, {"dynamic": True})
+    model = _PooledSkip().eval()
+    program = DynamoExporter().export(model, sample, {"dynamic": True})
+    other = {"x": torch.randn(3, 3, 96, 128)}
+    torch.testing.assert_close(program.module()(**other)["y"], model(**other)["y"])
+    with pytest.raises(Exception, match="Guard failed"):
+        program.module()(x=torch.randn(3, 3, 72, 96))
+
+
+@pytest.mark.parametrize("backend", ["onnx", "executorch"])
+def test_a_floor_division_equality_exports_and_runs(backend):
+    _assert_exports_and_runs(_PooledSkip().eval(), {"x": torch.randn(2, 3, 64, 64)}, {"x": torch.randn(3, 3, 96, 128)},
+                             backend, 1e-5)
+
+
 class _JointSqueeze(torch.nn.Module):
     """Parakeet's RNNT joint: ``[B, T, U, V].squeeze(2)``, a no-op where ``U`` is not 1."""
 
