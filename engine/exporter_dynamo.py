@@ -146,15 +146,16 @@ class DynamoExporter:
         """Steps 2a-2c and 2e around :meth:`export_program`, for one sample."""
         name = model_name(model)
         with contextlib.ExitStack() as stack:
-            # ── 2a: Forward-signature flattening ────────────────────────────────────────────────────────────
-            # kwargs become an explicit signature; output flags are bound as constants.
-            stack.enter_context(flat_forward(model, list(inputs), flags))
-
             # ── 2b: Patches of the exporter's backends (model patches first); packed attention, grids, experts ──
+            # Before 2a, which binds model.forward: a patch of the model's own class forward must be the one bound.
             for backend in self.patch_backends:
                 applied = stack.enter_context(apply_patches(backend))
                 if applied:
                     logger.debug("%s: %s patches applied: %s", name, backend, ", ".join(applied))
+
+            # ── 2a: Forward-signature flattening ────────────────────────────────────────────────────────────
+            # kwargs become an explicit signature; output flags are bound as constants.
+            stack.enter_context(flat_forward(model, list(inputs), flags))
             packed = stack.enter_context(packed_attention_as_masked_sdpa(model))
             if packed:
                 logger.debug("%s: packed attention traced as one masked SDPA in %s", name, ", ".join(packed))

@@ -865,3 +865,40 @@ def _patch_global_attention_over_every_slot(original):
 
     return forward
 
+
+
+class _MaskedWriteWithoutItsEmptinessTest(ast.NodeTransformer):
+    """``if mask.any(): x[mask] = value`` -> ``x[mask] = value``: the ``if`` holds exactly one write through the
+    boolean mask it tests (a subscript assignment indexed by ``mask``, or ``x.masked_fill_(mask, value)``)."""
+
+    matched = 0
+
+    def visit_If(self, node: ast.If) -> ast.AST | list[ast.stmt]:
+        self.generic_visit(node)
+        test = node.test
+        if not (isinstance(test, ast.Call) and not test.args and not test.keywords
+                and isinstance(test.func, ast.Attribute) and test.func.attr == "any" and not node.orelse
+                and len(node.body) == 1):
+            return node
+        mask = ast.dump(test.func.value)
+        (stmt,) = node.body
+        writes = (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript)
+                  and ast.dump(stmt.targets[0].slice) == mask)
+        fills = (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                 and isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr == "masked_fill_"
+                 and stmt.value.args and ast.dump(stmt.value.args[0]) == mask)
+        if not (writes or fills):
+            return node
+        self.matched += 1
+        return node.body
+
+
+@register_patch("dynamo", "transformers.models.ovis2.modeling_ovis2.Ovis2Model.forward")
+def _patch_masked_write_without_its_emptiness_test(original):
+    """Pattern: a write through a boolean mask behind a test that the mask selects anything, ``if mask.any():
+    inputs_embeds[mask] = visual_indicator_features[i]`` (Ovis2's visual-indicator embeddings). The test is a
+    Python ``bool`` of a tensor, a data-dependent guard torch.export cannot trace (``Eq(u1, 1)``), and it guards
+    nothing: a write through an empty mask writes nothing. The function is recompiled without the ``if``
+    (:class:`_MaskedWriteWithoutItsEmptinessTest`, :mod:`engine.source_rewrite`); the write is kept as written.
+    No upstream issue found; TODO (transformers): drop the test."""
+    return recompiled(original, _MaskedWriteWithoutItsEmptinessTest())

@@ -576,3 +576,63 @@ def test_audio_chunks_padded_by_gather_export_for_any_lengths():
         got = list(run_exported(program, inputs).values())
         for a, b in zip(got, expected):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def _indicator_write(embeds, ids, indicators):
+    """Ovis2's visual-indicator write: each indicator's embedding where its id sits, behind an emptiness test."""
+    embeds = embeds.clone()
+    for i, indicator in enumerate(indicators):
+        mask = ids == i
+        if mask.any():
+            embeds[mask] = indicator
+    return embeds
+
+
+def _rewritten_indicator_write():
+    from engine.patches.model import _MaskedWriteWithoutItsEmptinessTest
+    from engine.source_rewrite import recompiled
+
+    rewrite = _MaskedWriteWithoutItsEmptinessTest()
+    function = recompiled(_indicator_write, rewrite)
+    assert rewrite.matched == 1 and function is not _indicator_write
+    return function
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 3), length=st.integers(1, 7), present=st.lists(st.booleans(), min_size=3, max_size=3),
+       seed=st.integers(0, 2**16))
+def test_a_masked_write_without_its_emptiness_test_equals_the_guarded_one(rows, length, present, seed):
+    """Writing through an empty mask writes nothing: without the ``if mask.any()`` the result is the same, for
+    indicators present or absent."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 3, (rows, length), generator=g)
+    for i, keep in enumerate(present):
+        if not keep:
+            ids[ids == i] = 3
+    embeds, indicators = torch.randn(rows, length, 4, generator=g), torch.randn(3, 4, generator=g)
+    assert torch.equal(_rewritten_indicator_write()(embeds, ids, indicators), _indicator_write(embeds, ids, indicators))
+
+
+def test_a_masked_write_without_its_emptiness_test_exports():
+    """The guarded write fails the trace (a data-dependent ``Eq(u, 1)``); the rewritten one exports and computes
+    eager's write on other ids and lengths, an absent indicator included."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    class Write(torch.nn.Module):
+        def __init__(self, function):
+            super().__init__()
+            self.function = function
+            self.indicators = torch.nn.Parameter(torch.randn(3, 4))
+
+        def forward(self, embeds, ids):
+            return self.function(embeds, ids, self.indicators)
+
+    sample = (torch.randn(2, 6, 4), torch.tensor([[0, 1, 2, 3, 3, 3], [3, 0, 3, 1, 3, 2]]))
+    dims = ({0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}, {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO})
+    with pytest.raises(GuardOnDataDependentSymNode):
+        torch.export.export(Write(_indicator_write), sample, dynamic_shapes=dims, strict=False)
+    model = Write(_rewritten_indicator_write())
+    program = torch.export.export(model, sample, dynamic_shapes=dims, strict=False)
+    embeds, ids = torch.randn(3, 9, 4), torch.tensor([[0, 3, 3, 3, 0, 3, 3, 1, 3]] * 3)  # no indicator 2
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(embeds, ids), _indicator_write(embeds, ids, model.indicators))

@@ -61,6 +61,30 @@ def test_every_patched_attribute_is_restored_after_a_failing_export(clean_regist
     assert "forward" not in vars(tiny.model())  # the flattened signature is gone too
 
 
+def test_a_patch_of_the_exported_models_own_forward_is_traced(clean_registry):
+    """The forward the exporter binds for the trace (its flattened signature) is the patched one, not the class's
+    forward before the patches: a patch of ``LlamaModel.forward`` shows in a program exported from a LlamaModel."""
+    llama = transformers.models.llama.modeling_llama
+
+    @register_patch("dynamo", "transformers.models.llama.modeling_llama.LlamaModel.forward")
+    def _patch_model_doubled(original):
+        def forward(self, *args, **kwargs):
+            output = original(self, *args, **kwargs)
+            output.last_hidden_state = output.last_hidden_state * 2
+            return output
+
+        return forward
+
+    tiny = TINY_MODELS["llama"]
+    model = tiny.model().model  # the LlamaModel itself
+    assert isinstance(model, llama.LlamaModel)
+    inputs = tiny.inputs()
+    program = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True))
+    with torch.no_grad():
+        expected = model(**inputs).last_hidden_state * 2
+    torch.testing.assert_close(program.module()(**inputs).last_hidden_state, expected)
+
+
 @pytest.fixture
 def fake_target(clean_registry, monkeypatch):
     """An importable module ``fake_target`` whose ``op()`` returns ``"original"``."""
