@@ -902,3 +902,82 @@ def _patch_masked_write_without_its_emptiness_test(original):
     (:class:`_MaskedWriteWithoutItsEmptinessTest`, :mod:`engine.source_rewrite`); the write is kept as written.
     No upstream issue found; TODO (transformers): drop the test."""
     return recompiled(original, _MaskedWriteWithoutItsEmptinessTest())
+
+
+# ── Recurrences over the sequence as a scan ────────────────────────────────────────────────────────────────
+# A Python ``for t in range(seq_len)`` carrying a recurrent state is unrolled by torch.export for the traced
+# length, which pins it. ``torch._higher_order_ops.scan`` traces one step and runs it over the symbolic length;
+# the step is the loop body as written (the same ops in the same order: the values are eager's to the bit). A
+# length known as an int (a static export, the generation capture's fixed prompt) keeps the loop.
+
+
+def _symbolic_length(tensor: torch.Tensor, dim: int = 1) -> bool:
+    return isinstance(tensor.shape[dim], torch.SymInt)
+
+
+@register_patch("dynamo", "transformers.models.rwkv.modeling_rwkv.rwkv_linear_attention_cpu")
+def _patch_wkv_time_loop_as_scan(original):
+    """Pattern: RWKV's WKV recurrence on CPU, ``for current_index in range(seq_length)`` carrying the numerator,
+    denominator and running-maximum states (models/rwkv/modeling_rwkv.py ``rwkv_linear_attention_cpu``): the program
+    accepts only the traced length (``Eq(seq, 8)``). Run as a scan over the sequence dim (see above). No upstream
+    issue found; TODO (transformers): a scan (or the chunked closed form) on the export path."""
+    from torch._higher_order_ops.scan import scan
+
+    def rwkv_linear_attention_cpu(time_decay, time_first, key, value, state=None, return_state=False):
+        if not _symbolic_length(key):
+            return original(time_decay, time_first, key, value, state=state, return_state=return_state)
+        if state is None:
+            num_state = torch.zeros_like(key[:, 0], dtype=torch.float32)
+            den_state = torch.zeros_like(key[:, 0], dtype=torch.float32)
+            max_state = torch.zeros_like(key[:, 0], dtype=torch.float32) - 1e38
+        else:
+            num_state, den_state, max_state = state
+        decay = -torch.exp(time_decay)
+
+        def step(carry, current):
+            num_state, den_state, max_state = carry
+            current_key, current_value = current[0].float(), current[1]
+            max_for_output = torch.maximum(max_state, current_key + time_first)
+            e1 = torch.exp(max_state - max_for_output)
+            e2 = torch.exp(current_key + time_first - max_for_output)
+            output = ((e1 * num_state + e2 * current_value) / (e1 * den_state + e2)).to(key.dtype)
+            max_for_state = torch.maximum(max_state + decay, current_key)
+            e1 = torch.exp(max_state + decay - max_for_state)
+            e2 = torch.exp(current_key - max_for_state)
+            return [e1 * num_state + e2 * current_value, e1 * den_state + e2, max_for_state], output
+
+        # scan wants an initial carry laid out as its steps return it (contiguous; key[:, 0] is a strided view)
+        initial = [state.contiguous() for state in (num_state, den_state, max_state)]
+        carry, output = scan(step, initial, [key, value], dim=1)
+        return output, (list(carry) if return_state or state is not None else state)
+
+    return rwkv_linear_attention_cpu
+
+
+@register_patch("dynamo", "transformers.models.recurrent_gemma.modeling_recurrent_gemma.RecurrentGemmaRglru._rnn_scan")
+def _patch_linear_rnn_time_loop_as_scan(original):
+    """Pattern: RecurrentGemma's RG-LRU in linear mode, ``for t in range(hidden_states.shape[1])`` carrying the
+    recurrent state (models/recurrent_gemma/modeling_recurrent_gemma.py ``_rnn_scan``): the program accepts only
+    the traced length (``Eq(seq, 8)``). Run as a scan over the sequence dim (see above); one token (sampling mode)
+    goes to the original. No upstream issue found; TODO (transformers): a scan on the export path (its own
+    ``# TODO refactor``)."""
+    from torch._higher_order_ops.scan import scan
+
+    def _rnn_scan(self, hidden_states, recurrent_gate, reset, recurrent_states, acc_dtype=torch.float32):
+        if not _symbolic_length(hidden_states) or hidden_states.shape[1] == 1:
+            return original(self, hidden_states, recurrent_gate, reset, recurrent_states, acc_dtype)
+        recurrent_gate = recurrent_gate * ~reset
+        if recurrent_states is None:
+            recurrent_states = torch.zeros(hidden_states[:, 0].shape, dtype=acc_dtype, device=hidden_states.device)
+
+        def step(state, current):
+            gate, hidden = current
+            state = gate.type(acc_dtype) * state.to(gate.device)
+            state = state + hidden.type(acc_dtype)
+            return state, state.to(hidden_states.dtype, copy=True)  # a step's output may not alias its carry
+
+        recurrent_states, contextualized_states = scan(step, recurrent_states.contiguous(),
+                                                       [recurrent_gate, hidden_states], dim=1)
+        return contextualized_states, recurrent_states
+
+    return _rnn_scan

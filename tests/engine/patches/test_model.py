@@ -636,3 +636,46 @@ def test_a_masked_write_without_its_emptiness_test_exports():
     embeds, ids = torch.randn(3, 9, 4), torch.tensor([[0, 3, 3, 3, 0, 3, 3, 1, 3]] * 3)  # no indicator 2
     with torch.no_grad():
         torch.testing.assert_close(program.module()(embeds, ids), _indicator_write(embeds, ids, model.indicators))
+
+
+def _tiny_rwkv():
+    from transformers import RwkvConfig, RwkvModel
+
+    torch.manual_seed(0)
+    return RwkvModel(RwkvConfig(vocab_size=50, hidden_size=16, attention_hidden_size=16, intermediate_size=32,
+                                num_hidden_layers=2, context_length=64)).eval()
+
+
+def _tiny_recurrent_gemma():
+    from transformers import RecurrentGemmaConfig, RecurrentGemmaModel
+
+    torch.manual_seed(0)
+    config = RecurrentGemmaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, num_key_value_heads=1, head_dim=8, lru_width=16,
+                                  attention_window_size=16, conv1d_width=4, block_types=["recurrent", "attention"])
+    return RecurrentGemmaModel(config).eval()
+
+
+@pytest.mark.parametrize("build, patch", [(_tiny_rwkv, "_patch_wkv_time_loop_as_scan"),
+                                          (_tiny_recurrent_gemma, "_patch_linear_rnn_time_loop_as_scan")])
+def test_a_time_loop_as_a_scan_exports_for_any_length(build, patch):
+    """RWKV's WKV recurrence and RecurrentGemma's RG-LRU loop over the sequence in Python: without the patch the
+    program, traced at 8 tokens, refuses 5 (the loop was unrolled); with it the program runs the traced step as a
+    scan and gives eager's values (the same ops in the same order) at 3, 5 and 13 tokens."""
+    from engine import DynamoExporter, run_exported
+    from engine.errors import InputError
+    from engine.patches.registry import patch_disabled
+
+    model = build()
+    sample = {"input_ids": torch.randint(0, 50, (2, 8))}
+    with patch_disabled("dynamo", patch):
+        unrolled = DynamoExporter().export(model, sample, {"dynamic": True})
+    with pytest.raises(InputError, match="outside the exported bounds"):
+        run_exported(unrolled, {"input_ids": torch.randint(0, 50, (2, 5))})
+    program = DynamoExporter().export(model, sample, {"dynamic": True})
+    assert any(node.target is torch.ops.higher_order.scan for node in program.graph.nodes)
+    for length in (3, 5, 13):
+        ids = torch.randint(0, 50, (3, length))
+        with torch.no_grad():
+            expected = model(input_ids=ids).last_hidden_state
+        torch.testing.assert_close(program.module()(input_ids=ids).last_hidden_state, expected)
