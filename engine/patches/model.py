@@ -208,8 +208,9 @@ def _patch_split_by_tolist_as_ragged_rows(original):
 
 
 #: modules whose forward takes the batch size from ``len()`` of a batch-major tensor (``batch_size =
-#: len(source_flatten)`` in the RT-DETR decoders' input preparation)
-_TENSOR_LEN_MODULES = ("rt_detr", "rt_detr_v2", "d_fine", "deimv2", "pp_doclayout_v2", "pp_doclayout_v3")
+#: len(source_flatten)`` in the RT-DETR decoders' input preparation; DepthPro's per-scale patch counts
+#: ``[len(i) for i in scaled_images]``, which ``split_with_sizes`` then takes)
+_TENSOR_LEN_MODULES = ("rt_detr", "rt_detr_v2", "d_fine", "deimv2", "pp_doclayout_v2", "pp_doclayout_v3", "depth_pro")
 
 
 @register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.len" for m in _TENSOR_LEN_MODULES))
@@ -981,3 +982,35 @@ def _patch_linear_rnn_time_loop_as_scan(original):
         return contextualized_states, recurrent_states
 
     return _rnn_scan
+
+
+class _SizeNumelAsProduct(ast.NodeTransformer):
+    """``<tensor>.size()[...].numel()`` / ``<tensor>.shape[...].numel()`` -> ``__prod__(<the same sizes>)``."""
+
+    matched = 0
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and func.attr == "numel" and not node.args and not node.keywords
+                and isinstance(func.value, ast.Subscript)):
+            return node
+        sizes = func.value.value
+        if not ((isinstance(sizes, ast.Call) and isinstance(sizes.func, ast.Attribute) and sizes.func.attr == "size"
+                 and not sizes.args) or (isinstance(sizes, ast.Attribute) and sizes.attr == "shape")):
+            return node
+        self.matched += 1
+        return ast.copy_location(ast.Call(func=ast.Name(id="__prod__", ctx=ast.Load()), args=[func.value], keywords=[]),
+                                 node)
+
+
+@register_patch("dynamo", "transformers.models.perception_lm.modeling_perception_lm.PerceptionLMModel.get_placeholder_mask")
+def _patch_size_numel_as_a_symbolic_product(original):
+    """Pattern: the element count of a slice of a tensor's sizes, ``image_features.size()[:-1].numel()``, in the
+    message of a placeholder check (PerceptionLM: ``f"... features: {image_features.size()[:-1].numel()}"``).
+    ``torch.Size.numel()`` reads each size as a Python ``int`` (``__index__``), which pins every symbolic size in the
+    slice to its traced value (``Eq(batch, 2)``), so the program accepts only the traced image count; the message
+    is built even when the check passes. The function is recompiled with the count as ``math.prod`` of the sizes (a
+    symbolic product, the same number in eager; :class:`_SizeNumelAsProduct`). No upstream issue found; TODO
+    (transformers): ``image_features.shape[0]`` in the message, as the other placeholder checks write it."""
+    return recompiled(original, _SizeNumelAsProduct(), {"__prod__": math.prod})

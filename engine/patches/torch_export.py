@@ -588,6 +588,30 @@ def _patch_constraint_solver_past_floor_division_equalities(original):
     return solve
 
 
+@register_patch("dynamo", "torch.take_along_dim")
+def _patch_take_along_dim_as_gather(original):
+    """Pattern: ``torch.take_along_dim(values, indices, dim=1)`` (PP-DocLayoutV2 sorts its detections by score
+    with it). Its C++ kernel pins every size of its arguments to the traced value (``Eq(batch, 2)``; a two-line
+    export of ``take_along_dim(x, x.argsort(1), 1)`` keeps no dynamic dim), so the program accepts only the traced
+    batch. ``take_along_dim`` is a ``gather`` of both arguments broadcast to one shape except along ``dim``, where
+    ``values`` keeps its size; written so with symbolic sizes. ``dim=None`` (the flattened form) and ``out=`` go to
+    torch. TODO(upstream): no torch issue found (aten/src/ATen/native/TensorAdvancedIndexing.cpp
+    ``take_along_dim``, torch 2.14.1)."""
+
+    def take_along_dim(input, indices, dim=None, *, out=None):
+        if dim is None or out is not None or input.dim() != indices.dim():
+            return original(input, indices, dim, out=out) if out is not None else original(input, indices, dim)
+        dim = dim % input.dim()
+        wanted = list(input.shape)
+        wanted[dim] = indices.shape[dim]
+        shape = list(torch.broadcast_shapes(tuple(wanted), tuple(indices.shape)))
+        indices = indices if list(indices.shape) == shape else indices.expand(shape)
+        shape[dim] = input.shape[dim]
+        return (input if list(input.shape) == shape else input.expand(shape)).gather(dim, indices)
+
+    return take_along_dim
+
+
 @register_patch("dynamo", "torch.SymInt.__mod__")
 def _patch_size_modulo_a_unit_fraction(original):
     """Pattern: a size tested against a float factor, ``if height % scale_factor != 0`` with ``scale_factor=0.5``
