@@ -484,6 +484,29 @@ def _patch_contiguity_probe_without_numel_guards(original):
     return is_contiguous
 
 
+@register_patch("dynamo", "torch._prims_common._is_non_overlapping_and_dense_or_false", requires={"torch": ">=2.14,<2.15"})
+def _patch_density_probe_without_numel_guards(original):
+    """The same numel test in the non-overlapping-and-dense probe (the layout of ``torch.cat``'s output and other
+    fake-tensor metadata): ``guard_or_false(prod(sizes) < 2)`` on a slice one shorter than a dynamic input (Music
+    Flamingo's ``torch.cumsum(post_lengths, 0)[:-1]`` of two audio windows) pinned the input (``s - 1 < 2``: the
+    program accepts only two windows). Static-only here too; a size that may be 0 or 1 gets the stride check,
+    whose answer gates a layout, never a value (pytorch/pytorch#185166; torch 2.14.1's function otherwise)."""
+    import torch._prims_common as prims_common
+    from torch.fx.experimental.symbolic_shapes import guard_or_false, statically_known_true
+
+    def is_non_overlapping_and_dense_or_false(sizes, strides):
+        if statically_known_true(math.prod(sizes) < 2):
+            return True
+        if len(sizes) == 1:
+            return guard_or_false(strides[0] == 1)
+        # the original's remaining lines: the dims sorted by stride must be contiguous (the patched probe above)
+        ordered = sorted(map(prims_common.K, sizes, strides))
+        return prims_common.check_contiguous_sizes_strides([k.size for k in ordered][::-1],
+                                                           [k.stride for k in ordered][::-1], false_if_dde=True)
+
+    return is_non_overlapping_and_dense_or_false
+
+
 @register_patch("dynamo", "torch.nn.functional._verify_batch_size")
 def _patch_norm_size_check_as_runtime_assert(original):
     """Pattern: ``F.group_norm`` (and ``F.batch_norm`` in training) refuse an input with one value per channel
