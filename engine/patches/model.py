@@ -1014,3 +1014,56 @@ def _patch_size_numel_as_a_symbolic_product(original):
     symbolic product, the same number in eager; :class:`_SizeNumelAsProduct`). No upstream issue found; TODO
     (transformers): ``image_features.shape[0]`` in the message, as the other placeholder checks write it."""
     return recompiled(original, _SizeNumelAsProduct(), {"__prod__": math.prod})
+
+
+def _mlstm_sequence_as_scan(step_kernel, query, key, value, igate, fgate, c_initial=None, n_initial=None,
+                            m_initial=None, return_last_states=False, eps=1e-6, dtype_state=torch.float32, **kwargs):
+    """xLSTM's ``mlstm_recurrent_sequence_native`` with its ``for t in range(sequence_length)`` run as a scan of
+    ``step_kernel`` (``mlstm_recurrent_step_native``) over dim 2 of ``(batch, heads, seq, dim)``."""
+    from torch._higher_order_ops.scan import scan
+
+    batch_size, nh, _, dhqk = query.shape
+    if c_initial is not None:
+        states = [c_initial.to(dtype=dtype_state), n_initial.to(dtype=dtype_state), m_initial.to(dtype=dtype_state)]
+    else:
+        states = [torch.zeros((batch_size, nh, dhqk, value.shape[-1]), dtype=dtype_state, device=query.device),
+                  torch.zeros((batch_size, nh, dhqk), dtype=dtype_state, device=query.device),
+                  torch.zeros((batch_size, nh, 1), dtype=dtype_state, device=query.device)]
+
+    def step(carry, current):
+        vecQ_t, vecK_t, vecV_t, vecI_t, vecF_t = current
+        vecH, (matC, vecN, vecM) = step_kernel(cstate=carry[0], nstate=carry[1], mstate=carry[2], query=vecQ_t,
+                                               key=vecK_t, value=vecV_t, igate=vecI_t[..., None],
+                                               fgate=vecF_t[..., None], eps=eps, dtype_state=dtype_state, **kwargs)
+        return [matC, vecN, vecM], vecH
+
+    states, matH = scan(step, [s.contiguous() for s in states], [query, key, value, igate, fgate], dim=2)
+    return (matH, tuple(states)) if return_last_states else matH
+
+
+@register_patch("dynamo", "transformers.models.xlstm.modeling_xlstm.xLSTMBackend.forward")
+def _patch_mlstm_time_loop_as_scan(original):
+    """Pattern: xLSTM's inference backend runs the part of the sequence shorter than a chunk through
+    ``mlstm_recurrent_sequence_native``, ``for t in range(sequence_length)`` carrying the cell, normalizer and
+    max states (models/xlstm/modeling_xlstm.py): the program accepts only the traced length (``Eq(seq, 8)``). With
+    a symbolic length the backend's own ``_inference_fn`` is called with that kernel run as a scan of the same
+    step kernel (:func:`_mlstm_sequence_as_scan`; see the scan section above). The chunk decision before it is
+    left as it is: traced shorter than ``chunk_size``, the program keeps to lengths below it. No upstream issue
+    found; TODO (transformers): a scan on the export path."""
+
+    @functools.wraps(original)
+    def forward(self, query, key, value, igate, fgate, c_initial=None, n_initial=None, m_initial=None,
+                return_last_states=None, mode=None):
+        inference = getattr(self, "_inference_fn", None)
+        sequence = inference.keywords.get("mlstm_sequence_kernel") if isinstance(inference, functools.partial) else None
+        if ("inference" not in (mode or self.config.mode) or not _symbolic_length(query, 2)
+                or not isinstance(sequence, functools.partial)):
+            return original(self, query, key, value, igate, fgate, c_initial, n_initial, m_initial,
+                            return_last_states, mode)
+        scanned = functools.partial(_mlstm_sequence_as_scan, self.step_kernel_fn, **sequence.keywords)
+        run = functools.partial(inference.func, *inference.args,
+                                **{**inference.keywords, "mlstm_sequence_kernel": scanned})
+        return run(query=query, key=key, value=value, igate=igate, fgate=fgate, c_initial=c_initial,
+                   n_initial=n_initial, m_initial=m_initial)
+
+    return forward
