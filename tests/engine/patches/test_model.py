@@ -656,12 +656,23 @@ def _tiny_recurrent_gemma():
     return RecurrentGemmaModel(config).eval()
 
 
+def _tiny_xlstm():
+    from transformers import xLSTMConfig, xLSTMModel
+
+    torch.manual_seed(0)
+    # 128 wide: narrower, the config rounds its head dims up and the cache disagrees with the layers
+    config = xLSTMConfig(vocab_size=50, hidden_size=128, embedding_dim=128, num_heads=4, num_blocks=2, num_hidden_layers=2)
+    return xLSTMModel(config).eval()
+
+
 @pytest.mark.parametrize("build, patch", [(_tiny_rwkv, "_patch_wkv_time_loop_as_scan"),
-                                          (_tiny_recurrent_gemma, "_patch_linear_rnn_time_loop_as_scan")])
+                                          (_tiny_recurrent_gemma, "_patch_linear_rnn_time_loop_as_scan"),
+                                          (_tiny_xlstm, "_patch_mlstm_time_loop_as_scan")])
 def test_a_time_loop_as_a_scan_exports_for_any_length(build, patch):
-    """RWKV's WKV recurrence and RecurrentGemma's RG-LRU loop over the sequence in Python: without the patch the
-    program, traced at 8 tokens, refuses 5 (the loop was unrolled); with it the program runs the traced step as a
-    scan and gives eager's values (the same ops in the same order) at 3, 5 and 13 tokens."""
+    """RWKV's WKV recurrence, RecurrentGemma's RG-LRU and xLSTM's mLSTM sequence kernel loop over the sequence in
+    Python: without the patch the program, traced at 8 tokens, refuses 5 (the loop was unrolled); with it the
+    program runs the traced step as a scan and gives eager's values (the same ops in the same order) at 3, 5 and
+    13 tokens."""
     from engine import DynamoExporter, run_exported
     from engine.errors import InputError
     from engine.patches.registry import patch_disabled
@@ -679,3 +690,40 @@ def test_a_time_loop_as_a_scan_exports_for_any_length(build, patch):
         with torch.no_grad():
             expected = model(input_ids=ids).last_hidden_state
         torch.testing.assert_close(program.module()(input_ids=ids).last_hidden_state, expected)
+
+
+def _placeholder_check(pixel_features, ids):
+    """PerceptionLM's placeholder check: its message counts the features with ``torch.Size.numel()``."""
+    features = pixel_features.flatten(0, 1)
+    tokens = (ids == 7).sum()
+    message = f"Image features and image tokens do not match, tokens: {tokens}, features: {features.size()[:-1].numel()}"
+    torch._check(features.shape[0] * features.shape[1] > 0, lambda: message)
+    return features.sum(-1)
+
+
+def test_a_size_numel_in_a_message_keeps_the_batch_symbolic():
+    """``features.size()[:-1].numel()`` reads each size as an int and pins the batch (the program refuses 3
+    images); recompiled as a product of the sizes the same message is built and the batch stays symbolic."""
+    from engine.patches.model import _SizeNumelAsProduct
+    from engine.source_rewrite import recompiled
+
+    rewrite = _SizeNumelAsProduct()
+    rewritten = recompiled(_placeholder_check, rewrite, {"__prod__": __import__("math").prod})
+    assert rewrite.matched == 1
+
+    class Check(torch.nn.Module):
+        def __init__(self, function):
+            super().__init__()
+            self.function = function
+
+        def forward(self, features, ids):
+            return self.function(features, ids)
+
+    sample = (torch.randn(2, 1, 3, 4), torch.full((2, 3), 7))  # two images of three features
+    dims = ({0: torch.export.Dim.AUTO}, {0: torch.export.Dim.AUTO})
+    pinned = torch.export.export(Check(_placeholder_check), sample, dynamic_shapes=dims, strict=False)
+    assert len(pinned.range_constraints) == 1  # the image count became the traced 2
+    program = torch.export.export(Check(rewritten), sample, dynamic_shapes=dims, strict=False)
+    assert len(program.range_constraints) == 2
+    features, ids = torch.randn(3, 1, 3, 4), torch.full((3, 3), 7)
+    torch.testing.assert_close(program.module()(features, ids), features.flatten(0, 1).sum(-1))

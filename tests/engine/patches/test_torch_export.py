@@ -462,3 +462,69 @@ def test_a_squeeze_of_a_dim_that_is_not_one_loads_in_onnxruntime():
             expected = model(**inputs)
         comparison = compare_leaves(expected, run_exported(artifact, inputs), atol=1e-5, rtol=1e-5)
         assert comparison.ok, str(comparison)
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(1, 3), rows=st.integers(1, 4), picked=st.integers(1, 5), width=st.integers(1, 3),
+       broadcast=st.sampled_from(["none", "values", "indices"]), dim=st.sampled_from([1, -2]), seed=st.integers(0, 99))
+def test_take_along_dim_as_gather_equals_torch(batch, rows, picked, width, broadcast, dim, seed):
+    """The gather form equals ``torch.take_along_dim`` along a dim, with either argument broadcast."""
+    import engine.patches.torch_export as patches
+
+    g = torch.Generator().manual_seed(seed)
+    values = torch.randn(batch, rows, width if broadcast != "values" else 1, generator=g)
+    indices = torch.randint(0, rows, (batch if broadcast != "indices" else 1, picked, width), generator=g)
+    gathered = patches._patch_take_along_dim_as_gather(torch.take_along_dim)
+    assert torch.equal(gathered(values, indices, dim=dim), torch.take_along_dim(values, indices, dim=dim))
+
+
+class _SortedDetections(torch.nn.Module):
+    """PP-DocLayoutV2's last step: the detections sorted by score with ``take_along_dim``."""
+
+    def forward(self, scores, boxes):
+        order = torch.argsort(scores, dim=1, descending=True)
+        return {"scores": torch.take_along_dim(scores, order, dim=1),
+                "boxes": torch.take_along_dim(boxes, order[..., None].expand(-1, -1, 4), dim=1)}
+
+
+def test_take_along_dim_keeps_the_batch_symbolic():
+    """torch's kernel pins the batch (the program refuses 3 rows); the gather form keeps it and gives torch's
+    values."""
+    from engine import DynamoExporter
+    from engine.errors import InputError
+    from engine.patches.registry import patch_disabled
+
+    sample = {"scores": torch.randn(2, 6), "boxes": torch.randn(2, 6, 4)}
+    other = {"scores": torch.randn(3, 6), "boxes": torch.randn(3, 6, 4)}
+    with patch_disabled("dynamo", "_patch_take_along_dim_as_gather"):
+        pinned = DynamoExporter().export(_SortedDetections(), sample, {"dynamic": True})
+    with pytest.raises(InputError):
+        run_exported(pinned, other)
+    program = DynamoExporter().export(_SortedDetections(), sample, {"dynamic": True})
+    compare = compare_leaves(eager_leaves(_SortedDetections(), other), run_exported(program, other), atol=0, rtol=0)
+    assert compare.ok, str(compare)
+
+
+class _WindowOffsets(torch.nn.Module):
+    """Music Flamingo's window offsets: a cumulative sum of integer lengths shifted by one, ``cat([0.0],
+    cumsum(x)[:-1])`` (the promotion to float goes through the density probe)."""
+
+    def forward(self, lengths):
+        return {"offsets": torch.cat([torch.zeros(1), torch.cumsum(lengths, dim=0)[:-1]]) * 2}
+
+
+def test_a_slice_one_shorter_than_the_input_keeps_it_symbolic():
+    """At two windows the slice has one element, and the density probe's ``numel < 2`` pinned the input to 2
+    (the program refuses 3 windows); without that test the program runs at 3 and 5."""
+    from engine import DynamoExporter
+    from engine.errors import InputError
+    from engine.patches.registry import patch_disabled
+
+    sample = {"lengths": torch.tensor([3, 4])}
+    with patch_disabled("dynamo", "_patch_density_probe_without_numel_guards"):
+        pinned = DynamoExporter().export(_WindowOffsets(), sample, {"dynamic": True})
+    with pytest.raises(InputError):
+        run_exported(pinned, {"lengths": torch.tensor([1, 2, 3])})
+    program = DynamoExporter().export(_WindowOffsets(), sample, {"dynamic": True})
+    for lengths in (torch.tensor([1, 2, 3]), torch.arange(5)):
+        assert torch.equal(run_exported(program, {"lengths": lengths})["offsets"], _WindowOffsets()(lengths)["offsets"])
