@@ -206,14 +206,20 @@ def _patch_decompose_once(original: Callable) -> Callable:
     table of ops its registry does not implement. A program :meth:`OnnxExporter.export_program` traced with that
     same table (:mod:`engine.single_trace`) is already decomposed: the retrace would redo the whole trace's
     symbolic-shape work for an identical graph. Checked against the registry ``torch.onnx.export`` passes: any
-    other table, or a program traced the usual way, is decomposed as before. Not an upstream bug: torch.onnx
+    other table, a program traced the usual way, or one where an FX fix left an op the table decomposes, is
+    decomposed as before. Not an upstream bug: torch.onnx
     cannot know how the program was traced. No upstream issue applies.
     """
 
     def decompose_with_registry(exported_program, registry):
         traced_with = decomposed_with(exported_program)
-        if traced_with is not None and traced_with == frozenset(_decomposition_table(registry)):
-            return exported_program
+        if traced_with is not None:
+            table = _decomposition_table(registry)
+            # an FX fix run on the trace may have put an op the table decomposes (the erfinv polynomial's
+            # ``rsub``): then the program is decomposed as before
+            if traced_with == frozenset(table) and not any(
+                    node.op == "call_function" and node.target in table for node in exported_program.graph.nodes):
+                return exported_program
         return original(exported_program, registry)
 
     return decompose_with_registry

@@ -560,3 +560,34 @@ def test_int_outputs_are_left_out_of_the_onnx_graph():
     assert sorted(expected) == ["hidden", "pooled"]
     comparison = compare_leaves(expected, run_exported(artifact, inputs), atol=1e-5, rtol=1e-5)
     assert comparison.ok, str(comparison)
+
+
+def test_a_single_trace_with_an_op_an_fx_fix_left_is_decomposed_again():
+    """The decomposition skip holds only for a program with no op the table decomposes: an FX fix that writes
+    one (the erfinv polynomial's ``rsub``) sends the program through torch.onnx.export's decomposition, whatever
+    ran before (the skip once depended on whether the tables compared equal, which the test order decided)."""
+    from engine.patches.onnx import _decomposition_table, _patch_decompose_once
+    from engine.single_trace import export_decomposed
+    from torch.onnx._internal.exporter import _registration
+
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    registry = _registration.ONNXRegistry.from_torchlib()
+    export_decomposed(Double(), {"x": torch.randn(2, 3)}, _decomposition_table(registry))  # loads what export loads
+    table = _decomposition_table(registry)
+    program = export_decomposed(Double(), {"x": torch.randn(2, 3)}, table)
+    decomposed = []
+    skip = _patch_decompose_once(lambda program, registry: decomposed.append(program) or program)
+    assert skip(program, registry) is program and not decomposed  # nothing to decompose: skipped
+    graph = program.graph_module.graph
+    output = next(n for n in graph.nodes if n.op == "output")
+    (result,) = output.args[0]
+    with graph.inserting_before(output):
+        flipped = graph.call_function(torch.ops.aten.rsub.Scalar, (result, 1.0))
+    flipped.meta["val"] = result.meta["val"]
+    output.args = ((flipped,),)
+    assert torch.ops.aten.rsub.Scalar in table
+    skip(program, registry)
+    assert decomposed == [program]
