@@ -1067,3 +1067,47 @@ def _patch_mlstm_time_loop_as_scan(original):
                    n_initial=n_initial, m_initial=m_initial)
 
     return forward
+
+
+def _prefill_conv_state_padded(cache):
+    """``cache.update_conv_state`` with a prefill's conv state left-padded by ``kernel`` zero columns before the
+    cache's own update: longer than the kernel at every length, so the cache's padding branch is never taken;
+    its last ``kernel`` columns (what the cache keeps) are the branch's, and the extra zeros only lengthen the
+    states the short convolution runs over before its output is sliced back to the prompt's length."""
+    update = cache.update_conv_state
+
+    def update_conv_state(conv_states, layer_idx, state_idx=0, **kwargs):
+        layer = cache.layers[layer_idx]
+        kernel = kwargs.get("conv_kernel_size") or layer.conv_kernel_size.get(state_idx)
+        if (isinstance(kernel, int) and isinstance(conv_states.shape[-1], torch.SymInt)
+                and not layer.has_previous_state[state_idx] and not layer.record_past):
+            conv_states = F.pad(conv_states, (kernel, 0))
+        return update(conv_states, layer_idx, state_idx, **kwargs)
+
+    return update_conv_state
+
+
+@register_patch("dynamo", "transformers.models.lfm3.modeling_lfm3.Lfm3ShortConv.forward")
+def _patch_prefill_conv_state_padded_whatever_its_length(original):
+    """Pattern: the linear-attention cache pads a prefill's conv state to the conv kernel under a Python test of
+    the traced length, ``if full_conv_states.shape[-1] < self.conv_kernel_size[state_idx]: pad``
+    (``LinearAttentionLayer.update_conv_state``, cache_utils.py): traced longer than the kernel, the program
+    guards ``seq >= kernel`` and refuses shorter prompts (Lfm3, kernel 7: 'between 7 and 254' at 6 tokens).
+    While the short convolution runs, the cache's update gets a conv state already padded by ``kernel`` zero
+    columns (:func:`_prefill_conv_state_padded`): the cache's test is then false at every length, the cached
+    state is the branch's, and the convolution's output, sliced back to the prompt as the model does, is the
+    same (a causal convolution pads with zeros on the left anyway). (Padding by ``max(0, kernel - seq)``
+    instead leaves a guard ``seq + max(0, kernel - seq) != kernel`` behind.) Registered where the sweep
+    measured it (Lfm3); the
+    other users of the layer (kernels of 4 or less, below the sweep's 6 tokens) share the pattern and are not
+    patched until their rows are rerun. No upstream issue found; TODO (transformers): pad with ``max(0, ...)``
+    instead of the branch."""
+
+    @functools.wraps(original)
+    def forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
+        if cache is None or not hasattr(cache, "layers") or not isinstance(hidden_states.shape[1], torch.SymInt):
+            return original(self, hidden_states, cache, attention_mask, **kwargs)
+        with swap_attributes([(cache, "update_conv_state", _prefill_conv_state_padded(cache))]):
+            return original(self, hidden_states, cache, attention_mask, **kwargs)
+
+    return forward
