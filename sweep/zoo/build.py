@@ -349,8 +349,8 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
                 if "noise" in forward_parameters(model) and "noise" not in candidate:
                     return _with_caller_noise(model, candidate, seed)
                 with torch.no_grad():
-                    model(**candidate)
-                return candidate
+                    output = model(**candidate)
+                return _processor_layout(model, seed, candidate, output, hints)
             except ImportError as exc:
                 raise as_missing_dependency(name, exc) from exc
             except Exception as exc:  # noqa: BLE001 - the first error is reported if no candidate runs
@@ -368,6 +368,25 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
     error.all_errors = errors  # every candidate's error: a later layout may name an implicit default
     error.implicit = implicit
     raise error
+
+
+def _processor_layout(model: torch.nn.Module, seed: int, candidate: dict[str, Any], output: Any,
+                      hints: Hints) -> dict[str, Any]:
+    """``candidate``, or the inputs with the placeholders expanded as the processor writes them when the forward
+    expanded them itself (:func:`sweep.zoo.lessons.placeholders_expanded_inside`) and the expanded inputs run with
+    an output as long as their text."""
+    expanded = lessons.placeholders_expanded_inside(model, candidate, output, hints)
+    if expanded is None:
+        return candidate
+    for other in inputs.candidate_inputs(model, seed, expanded)[:1]:
+        try:
+            with torch.no_grad():
+                again = model(**other)
+        except Exception:  # noqa: BLE001 - the legacy layout ran: keep it
+            return candidate
+        if lessons.placeholders_expanded_inside(model, other, again, Hints()) is None:
+            return other
+    return candidate
 
 
 def _with_caller_noise(model: torch.nn.Module, candidate: dict[str, Any], seed: int) -> dict[str, Any]:

@@ -13,7 +13,9 @@ the caller then reports the error as it is:
   :func:`implicit_default_from_error` (from the message) and :func:`config_lesson` (an embedding handed ids the model
   made itself), passed to :func:`sweep.zoo.shrink.shrink_config` as implicit defaults.
 - **Forward, about the inputs**: :func:`refine_hints` updates the :class:`~sweep.zoo.context.Hints` the next round
-  of candidate inputs is built from.
+  of candidate inputs is built from. One lesson comes from a forward that ran: :func:`placeholders_expanded_inside`
+  (a model that still merges one placeholder per clip into its features itself, the layout its processor no longer
+  writes).
 
 Values a fix fills in come from :mod:`sweep.zoo.repairs`; the frames a lesson reads, from :mod:`sweep.zoo.frames`.
 """
@@ -657,3 +659,31 @@ def _stacked_images(hints: Hints, message: str, candidate: dict[str, Any]) -> bo
         return False
     hints.image_hw = size
     return True
+
+
+# -- forward that ran, about the inputs -------------------------------------------------------------------------
+
+
+def placeholders_expanded_inside(model: torch.nn.Module, candidate: dict[str, Any], output: Any,
+                                 hints: Hints) -> Hints | None:
+    """The hints for processor-expanded audio placeholders, when the forward expanded them itself.
+
+    A model with a legacy merge (Qwen2-Audio's ``_merge_input_ids_with_audio_features``, taken when no two audio
+    placeholders are adjacent) accepts one placeholder per clip and returns a sequence longer than ``input_ids``
+    by the features it spliced in. Its processor writes one placeholder per feature, and under torch.export the
+    model takes that path only (``is_torchdynamo_compiling()``), so a sample in the legacy layout compares two
+    different computations. ``extra`` more rows per sample than placeholders in the text: the hints ask for
+    ``placeholders + extra`` placeholders per row. None when the output is not longer, the rows differ, or the
+    hints already set a count."""
+    ids = candidate.get("input_ids")
+    audio_id = next((getattr(c, k) for c in (model.config, getattr(model.config, "text_config", None)) if c is not None
+                     for k in ("audio_token_id", "audio_token_index") if isinstance(getattr(c, k, None), int)), None)
+    hidden = next((getattr(output, k) for k in ("last_hidden_state", "logits")
+                   if isinstance(getattr(output, k, None), torch.Tensor)), None)
+    if hints.audio_tokens or not isinstance(ids, torch.Tensor) or ids.ndim != 2 or audio_id is None or hidden is None:
+        return None
+    per_row = (ids == audio_id).sum(-1)
+    extra = hidden.shape[1] - ids.shape[1] if hidden.ndim >= 2 and hidden.shape[0] == ids.shape[0] else 0
+    if extra <= 0 or not bool((per_row == per_row[0]).all()) or int(per_row[0]) == 0:
+        return None
+    return dataclasses.replace(hints, audio_tokens=int(per_row[0]) + extra)
