@@ -924,6 +924,7 @@ def _patch_wkv_time_loop_as_scan(original):
     issue found; TODO (transformers): a scan (or the chunked closed form) on the export path."""
     from torch._higher_order_ops.scan import scan
 
+    @functools.wraps(original)
     def rwkv_linear_attention_cpu(time_decay, time_first, key, value, state=None, return_state=False):
         if not _symbolic_length(key):
             return original(time_decay, time_first, key, value, state=state, return_state=return_state)
@@ -964,6 +965,7 @@ def _patch_linear_rnn_time_loop_as_scan(original):
     ``# TODO refactor``)."""
     from torch._higher_order_ops.scan import scan
 
+    @functools.wraps(original)
     def _rnn_scan(self, hidden_states, recurrent_gate, reset, recurrent_states, acc_dtype=torch.float32):
         if not _symbolic_length(hidden_states) or hidden_states.shape[1] == 1:
             return original(self, hidden_states, recurrent_gate, reset, recurrent_states, acc_dtype)
@@ -1111,3 +1113,19 @@ def _patch_prefill_conv_state_padded_whatever_its_length(original):
             return original(self, hidden_states, cache, attention_mask, **kwargs)
 
     return forward
+
+
+
+_TIME_LOOPS_AS_SCANS = ("transformers.models.rwkv.modeling_rwkv.rwkv_linear_attention_cpu",
+                        "transformers.models.recurrent_gemma.modeling_recurrent_gemma.RecurrentGemmaRglru._rnn_scan",
+                        "transformers.models.xlstm.modeling_xlstm.xLSTMBackend.forward")
+
+
+@register_patch("executorch", *_TIME_LOOPS_AS_SCANS)
+def _patch_time_loops_unrolled_for_executorch(scanned):
+    """The three time-loop scans above, undone for the ExecuTorch exporter (its patches apply after the ones of
+    every exporter): ExecuTorch 1.5.1 does not run the scan (RWKV: its lowering's pass replay fails on the scan
+    node; xLSTM: the .pte fails with 0x12), while the unrolled loop exports for the traced length, which is what
+    a generation step at a fixed prompt length needs (RWKV's and xLSTM's generation pass on ExecuTorch with it).
+    Upstream: https://github.com/pytorch/executorch/issues/8769 (support scan)."""
+    return getattr(scanned, "__wrapped__", scanned)

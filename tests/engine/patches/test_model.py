@@ -758,3 +758,21 @@ def test_a_prefill_shorter_than_the_conv_kernel_runs_on_a_longer_trace():
         got = program.module()(input_ids=ids)
         torch.testing.assert_close(got.last_hidden_state, expected.last_hidden_state)
         torch.testing.assert_close(got.cache.layers[0].conv_states[0], expected.cache.layers[0].conv_states[0])
+
+
+def test_the_time_loop_scans_are_undone_for_executorch():
+    """ExecuTorch does not run the scan: under the ExecuTorch exporter's patches (applied after every exporter's)
+    the three recurrences are the models' own loops again; under the others' they are the scans."""
+    from engine.patches.model import _TIME_LOOPS_AS_SCANS
+    from engine.patches.registry import apply_patches, resolve_dotted_path
+
+    def current():
+        return [getattr(*resolve_dotted_path(path)) for path in _TIME_LOOPS_AS_SCANS]
+
+    originals = current()
+    with apply_patches("dynamo"):
+        scans = current()
+        assert all(scan is not original for scan, original in zip(scans, originals))
+        with apply_patches("executorch"):
+            assert current() == originals
+        assert current() == scans
