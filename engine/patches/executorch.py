@@ -22,6 +22,7 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
 from torch.utils._sympy.value_ranges import bound_sympy
 
+from engine.patches.model import _TIME_LOOPS_AS_SCANS
 from engine.patches.registry import register_fx_node_fix, register_fx_program_fix, register_patch
 
 #: the ExecuTorch releases whose internals these patches were read against: 1.4.1 (the pins) and 1.5.1, whose
@@ -292,6 +293,16 @@ def _patch_conv1d_with_several_dynamic_dims(original):
         return isinstance(val, torch.Tensor) and val.ndim == 3 and _dynamic_dims(val) > 1
 
     return _rejecting(original, runs_as_conv1d_with_several_dynamic_dims)
+
+
+@register_patch("executorch", *_TIME_LOOPS_AS_SCANS)
+def _patch_time_loops_unrolled_for_executorch(scanned):
+    """The time-loop scans of :mod:`engine.patches.model` (RWKV, RecurrentGemma, xLSTM), undone for the ExecuTorch
+    exporter (its patches apply after the ones of every exporter): ExecuTorch 1.5.1 does not run the scan (RWKV: its lowering's pass replay fails on the scan
+    node; xLSTM: the .pte fails with 0x12), while the unrolled loop exports for the traced length, which is what
+    a generation step at a fixed prompt length needs (RWKV's and xLSTM's generation pass on ExecuTorch with it).
+    Upstream: https://github.com/pytorch/executorch/issues/8769 (support scan)."""
+    return getattr(scanned, "__wrapped__", scanned)
 
 
 # ── Correctness: ExecuTorch internals ───────────────────────────────────────────────────────────────────────

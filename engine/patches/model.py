@@ -909,7 +909,8 @@ def _patch_masked_write_without_its_emptiness_test(original):
 # A Python ``for t in range(seq_len)`` carrying a recurrent state is unrolled by torch.export for the traced
 # length, which pins it. ``torch._higher_order_ops.scan`` traces one step and runs it over the symbolic length;
 # the step is the loop body as written (the same ops in the same order: the values are eager's to the bit). A
-# length known as an int (a static export, the generation capture's fixed prompt) keeps the loop.
+# length known as an int (a static export) keeps the loop, and so does the ExecuTorch exporter, which does not run
+# the scan (engine.patches.executorch._patch_time_loops_unrolled_for_executorch).
 
 
 def _symbolic_length(tensor: torch.Tensor, dim: int = 1) -> bool:
@@ -949,7 +950,7 @@ def _patch_wkv_time_loop_as_scan(original):
             return [e1 * num_state + e2 * current_value, e1 * den_state + e2, max_for_state], output
 
         # scan wants an initial carry laid out as its steps return it (contiguous; key[:, 0] is a strided view)
-        initial = [state.contiguous() for state in (num_state, den_state, max_state)]
+        initial = [tensor.contiguous() for tensor in (num_state, den_state, max_state)]
         carry, output = scan(step, initial, [key, value], dim=1)
         return output, (list(carry) if return_state or state is not None else state)
 
@@ -984,38 +985,6 @@ def _patch_linear_rnn_time_loop_as_scan(original):
         return contextualized_states, recurrent_states
 
     return _rnn_scan
-
-
-class _SizeNumelAsProduct(ast.NodeTransformer):
-    """``<tensor>.size()[...].numel()`` / ``<tensor>.shape[...].numel()`` -> ``__prod__(<the same sizes>)``."""
-
-    matched = 0
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        func = node.func
-        if not (isinstance(func, ast.Attribute) and func.attr == "numel" and not node.args and not node.keywords
-                and isinstance(func.value, ast.Subscript)):
-            return node
-        sizes = func.value.value
-        if not ((isinstance(sizes, ast.Call) and isinstance(sizes.func, ast.Attribute) and sizes.func.attr == "size"
-                 and not sizes.args) or (isinstance(sizes, ast.Attribute) and sizes.attr == "shape")):
-            return node
-        self.matched += 1
-        return ast.copy_location(ast.Call(func=ast.Name(id="__prod__", ctx=ast.Load()), args=[func.value], keywords=[]),
-                                 node)
-
-
-@register_patch("dynamo", "transformers.models.perception_lm.modeling_perception_lm.PerceptionLMModel.get_placeholder_mask")
-def _patch_size_numel_as_a_symbolic_product(original):
-    """Pattern: the element count of a slice of a tensor's sizes, ``image_features.size()[:-1].numel()``, in the
-    message of a placeholder check (PerceptionLM: ``f"... features: {image_features.size()[:-1].numel()}"``).
-    ``torch.Size.numel()`` reads each size as a Python ``int`` (``__index__``), which pins every symbolic size in the
-    slice to its traced value (``Eq(batch, 2)``), so the program accepts only the traced image count; the message
-    is built even when the check passes. The function is recompiled with the count as ``math.prod`` of the sizes (a
-    symbolic product, the same number in eager; :class:`_SizeNumelAsProduct`). No upstream issue found; TODO
-    (transformers): ``image_features.shape[0]`` in the message, as the other placeholder checks write it."""
-    return recompiled(original, _SizeNumelAsProduct(), {"__prod__": math.prod})
 
 
 def _mlstm_sequence_as_scan(step_kernel, query, key, value, igate, fgate, c_initial=None, n_initial=None,
@@ -1071,6 +1040,44 @@ def _patch_mlstm_time_loop_as_scan(original):
     return forward
 
 
+#: the recurrences above, run as scans (ExecuTorch keeps the loops: engine.patches.executorch)
+_TIME_LOOPS_AS_SCANS = ("transformers.models.rwkv.modeling_rwkv.rwkv_linear_attention_cpu",
+                        "transformers.models.recurrent_gemma.modeling_recurrent_gemma.RecurrentGemmaRglru._rnn_scan",
+                        "transformers.models.xlstm.modeling_xlstm.xLSTMBackend.forward")
+
+
+class _SizeNumelAsProduct(ast.NodeTransformer):
+    """``<tensor>.size()[...].numel()`` / ``<tensor>.shape[...].numel()`` -> ``__prod__(<the same sizes>)``."""
+
+    matched = 0
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and func.attr == "numel" and not node.args and not node.keywords
+                and isinstance(func.value, ast.Subscript)):
+            return node
+        sizes = func.value.value
+        if not ((isinstance(sizes, ast.Call) and isinstance(sizes.func, ast.Attribute) and sizes.func.attr == "size"
+                 and not sizes.args) or (isinstance(sizes, ast.Attribute) and sizes.attr == "shape")):
+            return node
+        self.matched += 1
+        return ast.copy_location(ast.Call(func=ast.Name(id="__prod__", ctx=ast.Load()), args=[func.value], keywords=[]),
+                                 node)
+
+
+@register_patch("dynamo", "transformers.models.perception_lm.modeling_perception_lm.PerceptionLMModel.get_placeholder_mask")
+def _patch_size_numel_as_a_symbolic_product(original):
+    """Pattern: the element count of a slice of a tensor's sizes, ``image_features.size()[:-1].numel()``, in the
+    message of a placeholder check (PerceptionLM: ``f"... features: {image_features.size()[:-1].numel()}"``).
+    ``torch.Size.numel()`` reads each size as a Python ``int`` (``__index__``), which pins every symbolic size in the
+    slice to its traced value (``Eq(batch, 2)``), so the program accepts only the traced image count; the message
+    is built even when the check passes. The function is recompiled with the count as ``math.prod`` of the sizes (a
+    symbolic product, the same number in eager; :class:`_SizeNumelAsProduct`). No upstream issue found; TODO
+    (transformers): ``image_features.shape[0]`` in the message, as the other placeholder checks write it."""
+    return recompiled(original, _SizeNumelAsProduct(), {"__prod__": math.prod})
+
+
 def _prefill_conv_state_padded(cache):
     """``cache.update_conv_state`` with a prefill's conv state left-padded by ``kernel`` zero columns before the
     cache's own update: longer than the kernel at every length, so the cache's padding branch is never taken;
@@ -1113,19 +1120,3 @@ def _patch_prefill_conv_state_padded_whatever_its_length(original):
             return original(self, hidden_states, cache, attention_mask, **kwargs)
 
     return forward
-
-
-
-_TIME_LOOPS_AS_SCANS = ("transformers.models.rwkv.modeling_rwkv.rwkv_linear_attention_cpu",
-                        "transformers.models.recurrent_gemma.modeling_recurrent_gemma.RecurrentGemmaRglru._rnn_scan",
-                        "transformers.models.xlstm.modeling_xlstm.xLSTMBackend.forward")
-
-
-@register_patch("executorch", *_TIME_LOOPS_AS_SCANS)
-def _patch_time_loops_unrolled_for_executorch(scanned):
-    """The three time-loop scans above, undone for the ExecuTorch exporter (its patches apply after the ones of
-    every exporter): ExecuTorch 1.5.1 does not run the scan (RWKV: its lowering's pass replay fails on the scan
-    node; xLSTM: the .pte fails with 0x12), while the unrolled loop exports for the traced length, which is what
-    a generation step at a fixed prompt length needs (RWKV's and xLSTM's generation pass on ExecuTorch with it).
-    Upstream: https://github.com/pytorch/executorch/issues/8769 (support scan)."""
-    return getattr(scanned, "__wrapped__", scanned)

@@ -763,6 +763,7 @@ def test_a_prefill_shorter_than_the_conv_kernel_runs_on_a_longer_trace():
 def test_the_time_loop_scans_are_undone_for_executorch():
     """ExecuTorch does not run the scan: under the ExecuTorch exporter's patches (applied after every exporter's)
     the three recurrences are the models' own loops again; under the others' they are the scans."""
+    import engine.patches.executorch  # noqa: F401  (registers the undoing patch)
     from engine.patches.model import _TIME_LOOPS_AS_SCANS
     from engine.patches.registry import apply_patches, resolve_dotted_path
 
