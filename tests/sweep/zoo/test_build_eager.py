@@ -92,3 +92,27 @@ def test_omdet_turbo_builds_with_sizes_following_its_shrunk_towers():
     case = build.build_case("OmDetTurboForObjectDetection")
     assert case.num_parameters <= build.PARAMETER_BUDGET
     assert {"pixel_values", "classes_input_ids", "tasks_input_ids"} <= set(case.inputs)
+
+
+def test_audio_placeholders_are_written_as_the_processor_writes_them():
+    """Qwen2-Audio still merges one placeholder per clip into its features itself (a legacy path torch.export never
+    takes): the zoo learns it from the output, longer than the text, and writes one placeholder per audio feature,
+    as the processor does; the forward then returns a sequence as long as its text."""
+    from sweep.zoo import lessons
+
+    case = build.build_case("Qwen2AudioModel")
+    ids = case.inputs["input_ids"]
+    placeholders = (ids == case.model.config.audio_token_id).sum(-1)
+    assert (placeholders == placeholders[0]).all() and placeholders[0] > 1
+    with torch.no_grad():
+        output = case.model(**case.inputs)
+    assert output.last_hidden_state.shape[1] == ids.shape[1]
+    assert lessons.placeholders_expanded_inside(case.model, case.inputs, output, lessons.Hints()) is None
+    count = int(placeholders[0])
+    assert (ids[:, 1:1 + count] == case.model.config.audio_token_id).all()  # written after the first token
+    one_per_clip = torch.cat([ids[:, :2], ids[:, 1 + count:]], 1)
+    single = {**case.inputs, "input_ids": one_per_clip, "attention_mask": torch.ones_like(one_per_clip)}
+    with torch.no_grad():
+        legacy = case.model(**single)  # one placeholder per clip: the legacy merge lengthens the sequence
+    learned = lessons.placeholders_expanded_inside(case.model, single, legacy, lessons.Hints())
+    assert learned is not None and learned.audio_tokens == count
