@@ -1107,10 +1107,9 @@ def _patch_prefill_conv_state_padded_whatever_its_length(original):
     state is the branch's, and the convolution's output, sliced back to the prompt as the model does, is the
     same (a causal convolution pads with zeros on the left anyway). (Padding by ``max(0, kernel - seq)``
     instead leaves a guard ``seq + max(0, kernel - seq) != kernel`` behind.) Registered where the sweep
-    measured it (Lfm3); the
-    other users of the layer (kernels of 4 or less, below the sweep's 6 tokens) share the pattern and are not
-    patched until their rows are rerun. No upstream issue found; TODO (transformers): pad with ``max(0, ...)``
-    instead of the branch."""
+    measured it (Lfm3); the other users of the layer share the pattern (they pass the sweep because their
+    kernels are no longer than its 6-token second shape) and are not patched until their rows are rerun. No
+    upstream issue found; TODO (transformers): pad without the branch."""
 
     @functools.wraps(original)
     def forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
