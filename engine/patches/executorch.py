@@ -298,9 +298,10 @@ def _patch_conv1d_with_several_dynamic_dims(original):
 @register_patch("executorch", *_TIME_LOOPS_AS_SCANS)
 def _patch_time_loops_unrolled_for_executorch(scanned):
     """The time-loop scans of :mod:`engine.patches.model` (RWKV, RecurrentGemma, xLSTM), undone for the ExecuTorch
-    exporter (its patches apply after the ones of every exporter): ExecuTorch 1.5.1 does not run the scan (RWKV: its lowering's pass replay fails on the scan
-    node; xLSTM: the .pte fails with 0x12), while the unrolled loop exports for the traced length, which is what
-    a generation step at a fixed prompt length needs (RWKV's and xLSTM's generation pass on ExecuTorch with it).
+    exporter (its patches apply after the ones of every exporter): ExecuTorch 1.5.1 does not run the scan (RWKV:
+    its lowering's pass replay fails on the scan node; xLSTM: the .pte fails with 0x12), while the unrolled loop
+    exports for the traced length, which is what a generation step at a fixed prompt length needs (RWKV's and
+    xLSTM's generation pass on ExecuTorch with it).
     Upstream: https://github.com/pytorch/executorch/issues/8769 (support scan)."""
     return getattr(scanned, "__wrapped__", scanned)
 

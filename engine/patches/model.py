@@ -913,17 +913,32 @@ def _patch_masked_write_without_its_emptiness_test(original):
 # the scan (engine.patches.executorch._patch_time_loops_unrolled_for_executorch).
 
 
+_WKV_LOOP = "transformers.models.rwkv.modeling_rwkv.rwkv_linear_attention_cpu"
+_RG_LRU_LOOP = "transformers.models.recurrent_gemma.modeling_recurrent_gemma.RecurrentGemmaRglru._rnn_scan"
+_MLSTM_BACKEND = "transformers.models.xlstm.modeling_xlstm.xLSTMBackend.forward"
+#: the recurrences run as scans here (ExecuTorch keeps the loops: engine.patches.executorch)
+_TIME_LOOPS_AS_SCANS = (_WKV_LOOP, _RG_LRU_LOOP, _MLSTM_BACKEND)
+
+
 def _symbolic_length(tensor: torch.Tensor, dim: int = 1) -> bool:
     return isinstance(tensor.shape[dim], torch.SymInt)
 
 
-@register_patch("dynamo", "transformers.models.rwkv.modeling_rwkv.rwkv_linear_attention_cpu")
+def _scan(step, carry, xs, dim: int):
+    """``torch._higher_order_ops.scan`` of ``step`` over ``dim`` of ``xs``, its initial carry made contiguous: scan
+    wants the carry laid out as its steps return it (a state sliced from the input, ``key[:, 0]``, is strided)."""
+    from torch._higher_order_ops.scan import scan
+    from torch.utils._pytree import tree_map
+
+    return scan(step, tree_map(torch.Tensor.contiguous, carry), xs, dim=dim)
+
+
+@register_patch("dynamo", _WKV_LOOP)
 def _patch_wkv_time_loop_as_scan(original):
     """Pattern: RWKV's WKV recurrence on CPU, ``for current_index in range(seq_length)`` carrying the numerator,
     denominator and running-maximum states (models/rwkv/modeling_rwkv.py ``rwkv_linear_attention_cpu``): the program
     accepts only the traced length (``Eq(seq, 8)``). Run as a scan over the sequence dim (see above). No upstream
     issue found; TODO (transformers): a scan (or the chunked closed form) on the export path."""
-    from torch._higher_order_ops.scan import scan
 
     @functools.wraps(original)
     def rwkv_linear_attention_cpu(time_decay, time_first, key, value, state=None, return_state=False):
@@ -949,22 +964,19 @@ def _patch_wkv_time_loop_as_scan(original):
             e2 = torch.exp(current_key - max_for_state)
             return [e1 * num_state + e2 * current_value, e1 * den_state + e2, max_for_state], output
 
-        # scan wants an initial carry laid out as its steps return it (contiguous; key[:, 0] is a strided view)
-        initial = [tensor.contiguous() for tensor in (num_state, den_state, max_state)]
-        carry, output = scan(step, initial, [key, value], dim=1)
+        carry, output = _scan(step, [num_state, den_state, max_state], [key, value], dim=1)
         return output, (list(carry) if return_state or state is not None else state)
 
     return rwkv_linear_attention_cpu
 
 
-@register_patch("dynamo", "transformers.models.recurrent_gemma.modeling_recurrent_gemma.RecurrentGemmaRglru._rnn_scan")
+@register_patch("dynamo", _RG_LRU_LOOP)
 def _patch_linear_rnn_time_loop_as_scan(original):
     """Pattern: RecurrentGemma's RG-LRU in linear mode, ``for t in range(hidden_states.shape[1])`` carrying the
     recurrent state (models/recurrent_gemma/modeling_recurrent_gemma.py ``_rnn_scan``): the program accepts only
     the traced length (``Eq(seq, 8)``). Run as a scan over the sequence dim (see above); one token (sampling mode)
     goes to the original. No upstream issue found; TODO (transformers): a scan on the export path (its own
     ``# TODO refactor``)."""
-    from torch._higher_order_ops.scan import scan
 
     @functools.wraps(original)
     def _rnn_scan(self, hidden_states, recurrent_gate, reset, recurrent_states, acc_dtype=torch.float32):
@@ -980,8 +992,7 @@ def _patch_linear_rnn_time_loop_as_scan(original):
             state = state + hidden.type(acc_dtype)
             return state, state.to(hidden_states.dtype, copy=True)  # a step's output may not alias its carry
 
-        recurrent_states, contextualized_states = scan(step, recurrent_states.contiguous(),
-                                                       [recurrent_gate, hidden_states], dim=1)
+        recurrent_states, contextualized_states = _scan(step, recurrent_states, [recurrent_gate, hidden_states], dim=1)
         return contextualized_states, recurrent_states
 
     return _rnn_scan
@@ -991,7 +1002,6 @@ def _mlstm_sequence_as_scan(step_kernel, query, key, value, igate, fgate, c_init
                             m_initial=None, return_last_states=False, eps=1e-6, dtype_state=torch.float32, **kwargs):
     """xLSTM's ``mlstm_recurrent_sequence_native`` with its ``for t in range(sequence_length)`` run as a scan of
     ``step_kernel`` (``mlstm_recurrent_step_native``) over dim 2 of ``(batch, heads, seq, dim)``."""
-    from torch._higher_order_ops.scan import scan
 
     batch_size, nh, _, dhqk = query.shape
     if c_initial is not None:
@@ -1008,11 +1018,11 @@ def _mlstm_sequence_as_scan(step_kernel, query, key, value, igate, fgate, c_init
                                                fgate=vecF_t[..., None], eps=eps, dtype_state=dtype_state, **kwargs)
         return [matC, vecN, vecM], vecH
 
-    states, matH = scan(step, [s.contiguous() for s in states], [query, key, value, igate, fgate], dim=2)
+    states, matH = _scan(step, states, [query, key, value, igate, fgate], dim=2)
     return (matH, tuple(states)) if return_last_states else matH
 
 
-@register_patch("dynamo", "transformers.models.xlstm.modeling_xlstm.xLSTMBackend.forward")
+@register_patch("dynamo", _MLSTM_BACKEND)
 def _patch_mlstm_time_loop_as_scan(original):
     """Pattern: xLSTM's inference backend runs the part of the sequence shorter than a chunk through
     ``mlstm_recurrent_sequence_native``, ``for t in range(sequence_length)`` carrying the cell, normalizer and
@@ -1038,12 +1048,6 @@ def _patch_mlstm_time_loop_as_scan(original):
                    n_initial=n_initial, m_initial=m_initial)
 
     return forward
-
-
-#: the recurrences above, run as scans (ExecuTorch keeps the loops: engine.patches.executorch)
-_TIME_LOOPS_AS_SCANS = ("transformers.models.rwkv.modeling_rwkv.rwkv_linear_attention_cpu",
-                        "transformers.models.recurrent_gemma.modeling_recurrent_gemma.RecurrentGemmaRglru._rnn_scan",
-                        "transformers.models.xlstm.modeling_xlstm.xLSTMBackend.forward")
 
 
 class _SizeNumelAsProduct(ast.NodeTransformer):

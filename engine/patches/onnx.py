@@ -207,8 +207,8 @@ def _patch_decompose_once(original: Callable) -> Callable:
     same table (:mod:`engine.single_trace`) is already decomposed: the retrace would redo the whole trace's
     symbolic-shape work for an identical graph. Checked against the registry ``torch.onnx.export`` passes: any
     other table, a program traced the usual way, or one where an FX fix left an op the table decomposes, is
-    decomposed as before. Not an upstream bug: torch.onnx
-    cannot know how the program was traced. No upstream issue applies.
+    decomposed as before. Not an upstream bug: torch.onnx cannot know how the program was traced. No upstream
+    issue applies.
     """
 
     def decompose_with_registry(exported_program, registry):

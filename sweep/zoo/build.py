@@ -376,17 +376,15 @@ def _processor_layout(model: torch.nn.Module, seed: int, candidate: dict[str, An
     expanded them itself (:func:`sweep.zoo.lessons.placeholders_expanded_inside`) and the expanded inputs run with
     an output as long as their text."""
     expanded = lessons.placeholders_expanded_inside(model, candidate, output, hints)
-    if expanded is None:
+    others = inputs.candidate_inputs(model, seed, expanded) if expanded is not None else []
+    if not others:
         return candidate
-    for other in inputs.candidate_inputs(model, seed, expanded)[:1]:
-        try:
-            with torch.no_grad():
-                again = model(**other)
-        except Exception:  # noqa: BLE001 - the legacy layout ran: keep it
-            return candidate
-        if lessons.placeholders_expanded_inside(model, other, again, Hints()) is None:
-            return other
-    return candidate
+    try:
+        with torch.no_grad():
+            again = model(**others[0])
+    except Exception:  # noqa: BLE001 - the legacy layout ran: keep it
+        return candidate
+    return others[0] if lessons.placeholders_expanded_inside(model, others[0], again, Hints()) is None else candidate
 
 
 def _with_caller_noise(model: torch.nn.Module, candidate: dict[str, Any], seed: int) -> dict[str, Any]:

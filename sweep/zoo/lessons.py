@@ -676,11 +676,13 @@ def placeholders_expanded_inside(model: torch.nn.Module, candidate: dict[str, An
     ``placeholders + extra`` placeholders per row. None when the output is not longer, the rows differ, or the
     hints already set a count."""
     ids = candidate.get("input_ids")
-    audio_id = next((getattr(c, k) for c in (model.config, getattr(model.config, "text_config", None)) if c is not None
-                     for k in ("audio_token_id", "audio_token_index") if isinstance(getattr(c, k, None), int)), None)
+    # the id the inputs' recipe writes the placeholders with (sweep.zoo.modalities.input_ids)
+    ctx = Context(config=model.config, model=model, gen=torch.Generator(), batch=BATCH, hints=hints, params={})
+    audio_id = ctx.find("audio_token_id", "audio_token_index")
     hidden = next((getattr(output, k) for k in ("last_hidden_state", "logits")
                    if isinstance(getattr(output, k, None), torch.Tensor)), None)
-    if hints.audio_tokens or not isinstance(ids, torch.Tensor) or ids.ndim != 2 or audio_id is None or hidden is None:
+    if (hints.audio_tokens or not isinstance(ids, torch.Tensor) or ids.ndim != 2 or not isinstance(audio_id, int)
+            or hidden is None):
         return None
     per_row = (ids == audio_id).sum(-1)
     extra = hidden.shape[1] - ids.shape[1] if hidden.ndim >= 2 and hidden.shape[0] == ids.shape[0] else 0
