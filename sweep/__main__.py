@@ -19,7 +19,8 @@ BLOCK_UNUSED_PLUGINS = tuple(f"-pno:{name}" for name in UNUSED_PLUGINS)
 
 def main(argv: list[str]) -> int:
     # `python -m sweep` imported the package before pytest loads it as a plugin: nothing to rewrite, nothing to warn
-    args = ["--pyargs", "sweep", "-p", "no:cacheprovider", *BLOCK_UNUSED_PLUGINS, "-q",
+    # pytest's cache stays on: --lf, --ff and --sw read it
+    args = ["--pyargs", "sweep", *BLOCK_UNUSED_PLUGINS, "-q",
             "-W", "ignore::pytest.PytestAssertRewriteWarning"]
     if not any(a.startswith("--models") for a in argv):
         args.append("--models=smoke")

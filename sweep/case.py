@@ -273,6 +273,8 @@ def run_case(spec: dict[str, Any], progress: Callable[[str], None] = lambda stag
         payload, claimed = shared_build.claim_or_load(shared) if shared else (None, False)
         case = payload["case"] if payload else _build(spec)
         result.update(model_type=case.model_type, mappings=list(case.mappings), num_parameters=case.num_parameters)
+        if getattr(case, "config_completed", None):  # what a contributor's config left unset and the build filled
+            result["config_completed"] = case.config_completed
         if spec["shapes"] == GENERATE:
             _run_generation(spec, case, enter, result)
             return result

@@ -2,7 +2,8 @@
 
     export-sweep matrix reports/                     # matrix.{json,md,html} from reports/results.jsonl
     export-sweep merge shard-*/ --out reports/all    # join the shards' rows into one report
-    export-sweep compare baseline/ reports/          # regressions, fixes, ...; exit 1 on regressions or missing cases
+    export-sweep compare reports/                    # against the packaged baseline; exit 1 on regressions or missing cases
+    export-sweep compare old-run/ reports/           # against another run
     export-sweep skiplist reports/baseline           # draft skiplist entries for the unlisted non-passing cases
     export-sweep drift .venv-new --models=smoke      # sweep in another environment, compare with the baseline
 
@@ -62,14 +63,23 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
+def _runs(file: Path) -> list[dict]:
+    from sweep.runs import read_runs
+
+    return read_runs(file, on_corrupt=lambda problem: print(f"{PROG}: warning: {problem}", file=sys.stderr))
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     from sweep.matrix import write_matrix
+    from sweep.runs import append_run, runs_path
 
     everything: list[dict] = []
     sources: dict[str, list[str]] = {}
+    runs: dict[str, dict] = {}
     for path in args.rows:
         file, rows = _load(path, args.strict)
         everything += rows
+        runs.update((run["run"], run) for run in _runs(file))
         for cid in {case_id(r) for r in rows}:
             sources.setdefault(cid, []).append(str(file))
     repeated = {cid: files for cid, files in sources.items() if len(files) > 1}
@@ -80,6 +90,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     merged = latest_rows(everything)
     out = Path(args.out)
     replace_file(out / ROWS_FILE, "".join(dumps_strict(row, sort_keys=True) + "\n" for row in merged))
+    replace_file(runs_path(out / ROWS_FILE), "")
+    for run in runs.values():  # what each merged run selected, so that compare knows the merged folder's selection
+        append_run(out / ROWS_FILE, run)
     paths = write_matrix(merged, out)
     print(f"merged {len(merged)} cases from {len(args.rows)} row files into {out / ROWS_FILE}")
     _say(paths)
@@ -87,38 +100,54 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from sweep.diff import headline, compare_runs, write_comparison
+    from sweep.diff import compare_runs, headline, verdict, write_comparison
 
     if args.time_threshold <= 0:
         raise CliError(f"--time-threshold must be > 0, got {args.time_threshold}")
-    old_file, old_rows = _load(args.old, args.strict)
+    if args.new is None:  # one folder: compared with the baseline export-sweep ships for its pins
+        args.old, args.new = None, args.old
+    old_label, old_rows = _baseline(args.strict) if args.old is None else _load(args.old, args.strict)
     new_file, new_rows = _load(args.new, args.strict)
-    comparison = compare_runs(old_rows, new_rows, old_label=str(old_file), new_label=str(new_file),
+    comparison = compare_runs(old_rows, new_rows, old_label=str(old_label), new_label=str(new_file),
                               time_threshold=args.time_threshold, min_seconds=args.min_seconds,
-                              subset=True if args.subset else None)
+                              subset=True if args.subset else None, new_runs=_runs(new_file),
+                              strict_new=args.strict_new)
     paths = write_comparison(comparison, Path(args.out) if args.out else new_file.parent)
-    verdict = ("REGRESSIONS: " if comparison.regressions else "MISSING CASES: ") if comparison.exit_code else "ok: "
-    print(verdict + headline(comparison))
+    print((verdict(comparison).upper() + ": " if comparison.exit_code else "ok: ") + headline(comparison))
     for change in comparison.regressions[:20]:
         print(f"  regression: {change.case}: {change.old} -> {change.new} ({change.category})")
     for case in comparison.missing[:20]:
-        print(f"  missing: {case} (in {old_file}, not in {new_file}; --subset compares only common cases)")
+        print(f"  missing: {case} (selected by or expected of {new_file}, no row there)")
+    for change in (comparison.new_failing if args.strict_new else [])[:20]:
+        print(f"  new, not passing: {change.case}: {change.new} ({change.category})")
     _say(paths)
     return comparison.exit_code
 
 
+def _baseline(strict: bool) -> tuple[str, list[dict]]:
+    """The packaged baseline's rows (export and generation cases), as one old run."""
+    from sweep.packaged import PackagedDataError, baseline_row_files, describe_baseline
+
+    try:
+        files = baseline_row_files()
+    except PackagedDataError as e:
+        raise CliError(str(e)) from None
+    return describe_baseline(), [row for file in files for row in _load(str(file), strict)[1]]
+
+
 def cmd_skiplist(args: argparse.Namespace) -> int:
-    from sweep.zoo import catalog
+    from sweep.packaged import skiplist_dir
     from sweep.selection import is_known_class
     from sweep.skiplist import SkiplistError, draft, load_skiplists, unlisted
+    from sweep.zoo import catalog
 
     _, rows = _load(args.rows, args.strict)
     try:
-        lists = load_skiplists(Path(args.skiplist_dir), is_known_class, catalog.all_classes)
+        lists = load_skiplists(Path(args.skiplist_dir or skiplist_dir()), is_known_class, catalog.all_classes)
     except SkiplistError as e:
         raise CliError(str(e)) from None
     missing = unlisted(latest_rows(rows), lists)
-    print(f"# {len(missing)} non-passing cases of {args.rows} that no entry in {args.skiplist_dir} explains;"
+    print(f"# {len(missing)} non-passing cases of {args.rows} that no entry in {args.skiplist_dir or skiplist_dir()} explains;"
           " a draft to edit, grouped by error category (not yet by cause)", file=sys.stderr)
     sys.stdout.write(draft(missing))
     return 0
@@ -128,7 +157,8 @@ def cmd_drift(args: argparse.Namespace, sweep_args: list[str]) -> int:
     from sweep.drift import DriftError, run_drift
 
     try:
-        return run_drift(args.env, Path(args.baseline), Path(args.out) if args.out else None, sweep_args)
+        return run_drift(args.env, Path(args.baseline) if args.baseline else None, Path(args.out) if args.out else None,
+                         sweep_args)
     except DriftError as e:
         raise CliError(str(e)) from None
 
@@ -156,31 +186,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="compare two runs; exit 1 on regressions (pass -> fail/discrepancy/...) "
                                        "or cases missing from the new run")
-    p.add_argument("old", metavar="OLD", help="row file or report folder of the earlier run (e.g. the baseline)")
-    p.add_argument("new", metavar="NEW", help="row file or report folder of the later run")
+    p.add_argument("old", metavar="OLD", help="row file or report folder of the earlier run; given alone, it is NEW "
+                                               "and OLD is the baseline export-sweep ships for its pins")
+    p.add_argument("new", metavar="NEW", nargs="?", help="row file or report folder of the later run")
     p.add_argument("--out", help="folder for compare.md, compare.html, compare.json (default: NEW's folder)")
     p.add_argument("--time-threshold", type=float, default=0.5,
                    help="report cases whose wall time changed by more than this fraction (default 0.5 = 50%%)")
     p.add_argument("--min-seconds", type=float, default=5.0,
                    help="... and by at least this many seconds (default 5)")
     p.add_argument("--subset", action="store_true",
-                   help="NEW covers only some of OLD's cases: compare the common ones (automatic when NEW's rows "
-                        "come from a sweep of some classes only); otherwise a case missing from NEW fails")
+                   help="only the cases NEW's runs selected count as missing (by default, also OLD's cases in a "
+                        "scope NEW's runs covered whole, e.g. the catalog on a backend)")
+    p.add_argument("--strict-new", action="store_true",
+                   help="a case OLD lacks (a new class, a new case) that does not pass fails the comparison")
     common(p)
     p.set_defaults(func=cmd_compare)
 
-    from sweep.plugin import DEFAULT_SKIPLISTS
-
     p = sub.add_parser("skiplist", help="print draft skiplist entries (YAML) for the non-passing cases no entry explains")
     p.add_argument("rows", metavar="ROWS", help="row file or report folder (e.g. reports/baseline)")
-    p.add_argument("--skiplist-dir", default=str(DEFAULT_SKIPLISTS), help="the skiplists to check against")
+    p.add_argument("--skiplist-dir", default=None, help="the skiplists to check against (default: the ones shipped)")
     common(p)
     p.set_defaults(func=cmd_skiplist)
 
     p = sub.add_parser("drift", help="run the sweep in another environment (./dev env NAME PKG==VER ...) and compare "
                                      "its rows with a baseline; other arguments go to the sweep (python -m sweep)")
     p.add_argument("env", metavar="ENV", help="a venv folder made by ./dev env (e.g. .venv-new) or a python executable")
-    p.add_argument("--baseline", default="reports/baseline", help="the run to compare with (default reports/baseline)")
+    p.add_argument("--baseline", default=None, help="the run to compare with (default: the packaged baseline)")
     p.add_argument("--out", help="report folder (default reports/drift/<old versions>-to-<new versions>)")
     p.set_defaults(func=cmd_drift, passes_through=True)
     return parser

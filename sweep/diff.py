@@ -3,15 +3,16 @@
 Cases are matched by case id (``Model-backend-shapes``), one row per case (the latest). A *regression* is a
 case that passed before and now ends in fail, discrepancy, timeout or crash; a *fix* is the reverse (any
 non-passing status before, pass now). Other status changes and changed failure causes are listed apart, as are
-model classes that appear or disappear, cases whose wall time moved beyond a relative threshold (and an
-absolute floor, so that noise on fast cases stays out), and packages whose installed version moved.
+cases the old run lacks (new classes, new cases of old ones: each with its status; ``strict_new`` fails on one that
+does not pass), classes that disappear, cases whose wall time moved beyond a relative threshold (and an absolute
+floor, so that noise on fast cases stays out), and packages whose installed version moved.
 
-A case of the old run that the new run lacks is *missing*, and counts like a regression, unless the new run is a
-*subset*: declared (``subset=True``, ``--subset``) or recorded by its rows (a sweep of some classes only, e.g.
-``--models=BertModel``: its rows carry ``selection``). A subset comparison compares the common cases and says in one
-line how many cases of the old run were not run. ``export-sweep compare`` exits non-zero on a regression or a
-missing case, for CI gating. The Markdown lists at most :data:`MARKDOWN_ROWS` rows per section, for a PR comment;
-``compare.html`` and ``compare.json`` hold everything.
+What counts as *missing* comes from the new folder's run records (:mod:`sweep.runs`): a case a run selected and did
+not write, and a case of the old run inside a scope the new runs covered whole (the catalog on a backend) that they
+lack. A case of the old run outside every scope was *not run*: the comparison is a subset, said in one line
+(``subset=True``, ``--subset``, forces it). A folder without run records falls back to the rows' ``selection``.
+``export-sweep compare`` exits non-zero on a regression or a missing case, for CI gating. The Markdown lists at
+most :data:`MARKDOWN_ROWS` rows per section, for a PR comment; ``compare.html`` and ``compare.json`` hold all.
 
 Named ``diff`` (the CLI subcommand stays ``compare``) so that it does not read as :mod:`engine.compare`, which
 compares a case's output leaves.
@@ -65,6 +66,8 @@ class Comparison:
     new_classes: list[str] = field(default_factory=list)
     gone_classes: list[str] = field(default_factory=list)
     new_cases_list: list[str] = field(default_factory=list)  # cases of classes present in both runs
+    new_results: list[Change] = field(default_factory=list)  # every case the old run lacks, with its status
+    strict_new: bool = False  # a new case that does not pass fails the comparison
     gone_cases_list: list[str] = field(default_factory=list)
     time_changes: list[TimeChange] = field(default_factory=list)
     versions: list[dict[str, Any]] = field(default_factory=list)  # packages whose installed version moved
@@ -75,8 +78,12 @@ class Comparison:
     missing: list[str] = field(default_factory=list)  # not a subset: old cases the new run lacks
 
     @property
+    def new_failing(self) -> list[Change]:
+        return [c for c in self.new_results if c.new in NOT_PASSING]
+
+    @property
     def exit_code(self) -> int:
-        return 1 if self.regressions or self.missing else 0
+        return 1 if self.regressions or self.missing or (self.strict_new and self.new_failing) else 0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -92,7 +99,7 @@ def _seconds(row: dict[str, Any]) -> float | None:
     return None
 
 
-def _versions(rows: list[dict[str, Any]]) -> dict[str, str]:
+def versions_of(rows: list[dict[str, Any]]) -> dict[str, str]:
     seen: dict[str, set] = {}
     for row in rows:
         for name, version in (row.get("versions") or {}).items():
@@ -106,32 +113,48 @@ def _change(cid: str, old: dict | None, new: dict) -> Change:
 
 
 def is_partial_run(rows: list[dict]) -> bool:
-    """Whether the rows come from a sweep of some classes only (``--models`` other than ``all``)."""
+    """Rows written before run records: whether they come from a sweep of some classes only (their ``selection``)."""
     return any(r.get("selection") not in (None, "all") for r in rows)
 
 
 def compare_runs(old_rows: list[dict], new_rows: list[dict], *, old_label: str = "old", new_label: str = "new",
-                 time_threshold: float = 0.5, min_seconds: float = 5.0, subset: bool | None = None) -> Comparison:
+                 time_threshold: float = 0.5, min_seconds: float = 5.0, subset: bool | None = None,
+                 new_runs: list[dict] | None = None, strict_new: bool = False) -> Comparison:
     """Compare two runs' rows. Time changes: ``|new - old| >= min_seconds`` and a ratio beyond ``1 + time_threshold``.
 
-    ``subset``: compare only the common cases (``None``: when the new rows say they are a partial run)."""
+    ``new_runs``: the new folder's run records (what it selected); ``subset=True``: only the selected cases count
+    as missing (``None``: decided by the records, or by the rows' ``selection`` without records)."""
+    from sweep.runs import coverage
+
     old = {case_id(r): r for r in latest_rows(old_rows)}
     new = {case_id(r): r for r in latest_rows(new_rows)}
-    if subset is None:
-        subset = is_partial_run(list(new.values()))
     result = Comparison(old_label, new_label, len(old), len(new), time_threshold=time_threshold,
-                        min_seconds=min_seconds, subset=subset)
+                        min_seconds=min_seconds, strict_new=strict_new)
     old_models = {r["model"] for r in old.values()}
     new_models = {r["model"] for r in new.values()}
     result.new_classes = sorted(new_models - old_models)
-    gone = sorted(old.keys() - new.keys())
-    if subset:
-        result.not_run = len(gone)
+    gone = old.keys() - new.keys()
+    if new_runs:
+        covered = coverage(new_runs)
+        unwritten = covered.selected - new.keys()
+        in_whole = set() if subset else {c for c in gone
+                                         if covered.in_whole_scope(old[c]["backend"], old[c].get("shapes", "static"))}
+        missing = unwritten | in_whole
+        result.subset = bool(gone - missing)
+        result.not_run = len(gone - missing)
+        result.missing = sorted(missing)
+        result.gone_classes = sorted({old[c]["model"] for c in in_whole} - new_models)
+        result.gone_cases_list = sorted(c for c in in_whole if old[c]["model"] in new_models)
     else:
-        result.gone_classes = sorted(old_models - new_models)
-        result.missing = gone
+        result.subset = is_partial_run(list(new.values())) if subset is None else subset
+        if result.subset:
+            result.not_run = len(gone)
+        else:
+            result.gone_classes = sorted(old_models - new_models)
+            result.missing = sorted(gone)
+            result.gone_cases_list = sorted(c for c in gone if old[c]["model"] in new_models)
     result.new_cases_list = sorted(c for c in new.keys() - old.keys() if new[c]["model"] in old_models)
-    result.gone_cases_list = [] if subset else sorted(c for c in gone if old[c]["model"] in new_models)
+    result.new_results = [_change(cid, None, new[cid]) for cid in sorted(new.keys() - old.keys())]
     for cid in sorted(old.keys() & new.keys()):
         before, after = old[cid], new[cid]
         if before["status"] == "pass" and after["status"] in NOT_PASSING:
@@ -146,7 +169,7 @@ def compare_runs(old_rows: list[dict], new_rows: list[dict], *, old_label: str =
             if ratio >= 1 + time_threshold or ratio <= 1 / (1 + time_threshold):
                 result.time_changes.append(TimeChange(cid, t0, t1))
     result.time_changes.sort(key=lambda t: -abs(t.new_seconds - t.old_seconds))
-    v0, v1 = _versions(list(old.values())), _versions(list(new.values()))
+    v0, v1 = versions_of(list(old.values())), versions_of(list(new.values()))
     result.versions = [{"package": p, "old": v0.get(p), "new": v1.get(p)}
                        for p in sorted(v0.keys() | v1.keys()) if v0.get(p) != v1.get(p)]
     return result
@@ -154,9 +177,18 @@ def compare_runs(old_rows: list[dict], new_rows: list[dict], *, old_label: str =
 
 # ─── Rendering ───────────────────────────────────────────────────────────────────────────────────
 
+def verdict(c: Comparison) -> str:
+    if c.regressions:
+        return "regressions"
+    if c.missing:
+        return "missing cases"
+    return "new cases failing" if c.exit_code else "no regressions"
+
+
 def headline(c: Comparison) -> str:
     text = (f"{len(c.regressions)} regressions, {len(c.missing)} missing cases, {len(c.fixes)} fixes, "
-            f"{len(c.changed)} other changes, {len(c.new_classes)} new classes, {len(c.gone_classes)} gone classes, "
+            f"{len(c.changed)} other changes, {len(c.new_classes)} new classes, {len(c.new_failing)} new cases "
+            f"not passing{' (--strict-new)' if c.strict_new else ''}, {len(c.gone_classes)} gone classes, "
             f"{len(c.time_changes)} time changes")
     if c.subset:
         text += f"; subset: {c.not_run} cases of the old run were not run"
@@ -174,7 +206,8 @@ def _sections(c: Comparison) -> list[tuple[str, list[str], list[list[Any]]]]:
     sections = [
         ("Versions that moved", ["package", "before", "now"], [[v["package"], v["old"] or "–", v["new"] or "–"] for v in c.versions]),
         ("Regressions (pass → not passing)", change_headers, change_rows(c.regressions)),
-        ("Missing cases (in the old run, not in the new one)", ["case"], [[x] for x in c.missing]),
+        ("Missing cases (in the old run or selected by the new one, not written)", ["case"], [[x] for x in c.missing]),
+        ("New cases not passing (not in the old run)", change_headers, change_rows(c.new_failing)),
         ("Fixes (now passing)", change_headers, change_rows(c.fixes)),
         ("Other changes (status or cause)", change_headers, change_rows(c.changed)),
         ("New classes", ["model class"], [[m] for m in c.new_classes]),
@@ -188,9 +221,9 @@ def _sections(c: Comparison) -> list[tuple[str, list[str], list[list[Any]]]]:
 
 
 def to_markdown(c: Comparison) -> str:
-    verdict = ("❌ **regressions**" if c.regressions else "❌ **missing cases**") if c.exit_code else "✅ no regressions"
+    mark = "❌ **" + verdict(c) + "**" if c.exit_code else "✅ " + verdict(c)
     lines = ["# export-sweep compare", "", f"`{c.old_label}` ({c.old_cases} cases) → `{c.new_label}` ({c.new_cases} cases)",
-             "", f"{verdict}: {headline(c)}."]
+             "", f"{mark}: {headline(c)}."]
     for title, headers, rows in _sections(c):
         lines += ["", f"## {title} ({len(rows)})", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         for row in rows[:MARKDOWN_ROWS]:
@@ -204,12 +237,11 @@ def to_html(c: Comparison) -> str:
     from sweep.html import static_page
 
     esc = html.escape
-    verdict = ('<div class="banner drift" id="verdict">' + ("regressions: " if c.regressions else "missing cases: ")
-               if c.exit_code else '<div class="banner ok" id="verdict">no regressions: ')
+    banner = f'<div class="banner {"drift" if c.exit_code else "ok"}" id="verdict">{esc(verdict(c))}: '
     body = [f"<p><code>{esc(c.old_label)}</code> ({c.old_cases} cases) → <code>{esc(c.new_label)}</code> "
-            f"({c.new_cases} cases)</p>", f"{verdict}{esc(headline(c))}</div>"]
+            f"({c.new_cases} cases)</p>", f"{banner}{esc(headline(c))}</div>"]
     for title, headers, rows in _sections(c):
-        klass = ' class="regressions"' if title.startswith("Regressions") else ""
+        klass = ' class="regressions"' if title.startswith(("Regressions", "New cases not passing")) else ""
         body.append(f"<h2>{esc(title)} ({len(rows)})</h2><table{klass}><tr>"
                     + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>")
         body += ["<tr>" + "".join(f"<td>{esc(str(x))}</td>" for x in row) + "</tr>" for row in rows]

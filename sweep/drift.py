@@ -107,18 +107,23 @@ def folder_name(old: dict[str, str], new: dict[str, str | None]) -> str:
             + "_".join(f"{n}-{base(new.get(n))}" for n in moved))
 
 
-def run_drift(env: str, baseline: Path, out: Path | None, sweep_args: list[str]) -> int:
-    """Run the sweep in ``env`` into ``out`` and compare it with ``baseline``; the compare's exit code."""
-    from sweep.diff import compare_runs, headline, write_comparison, _versions
+def run_drift(env: str, baseline: Path | None, out: Path | None, sweep_args: list[str]) -> int:
+    """Run the sweep in ``env`` into ``out`` and compare it with ``baseline`` (None: the packaged baseline); the
+    compare's exit code."""
+    from sweep.diff import compare_runs, headline, versions_of, write_comparison
+    from sweep.packaged import baseline_row_files
     from sweep.results import read_rows, rows_path
+    from sweep.runs import read_runs
 
     python = env_python(env)
     try:
-        old_rows = list(read_rows(rows_path(baseline)))
-    except Exception as e:  # RowFileError, OSError
-        raise DriftError(f"baseline {baseline}: {e}") from None
+        files = [rows_path(baseline)] if baseline is not None else baseline_row_files()
+        old_rows = [row for file in files for row in read_rows(file)]
+    except Exception as e:  # RowFileError, PackagedDataError, OSError
+        raise DriftError(f"baseline {baseline or '(packaged)'}: {e}") from None
+    baseline = baseline or files[0].parent
     new_versions = env_versions(python)
-    out = out or REPO / "reports" / "drift" / folder_name(_versions(old_rows), new_versions)
+    out = out or REPO / "reports" / "drift" / folder_name(versions_of(old_rows), new_versions)
     out.mkdir(parents=True, exist_ok=True)
     drifted = ", ".join(f"{n} {v}" for n, v in sorted(new_versions.items()) if v)
     print(f"drift: sweeping with {python} ({drifted}) into {out}", flush=True)
@@ -129,7 +134,8 @@ def run_drift(env: str, baseline: Path, out: Path | None, sweep_args: list[str])
         new_rows = list(read_rows(rows_path(out)))
     except Exception as e:
         raise DriftError(f"the sweep wrote no rows into {out}: {e}") from None
-    comparison = compare_runs(old_rows, new_rows, old_label=str(baseline), new_label=str(out))
+    comparison = compare_runs(old_rows, new_rows, old_label=str(baseline), new_label=str(out),
+                              new_runs=read_runs(rows_path(out)))
     paths = write_comparison(comparison, out)
     print(("REGRESSIONS: " if comparison.exit_code else "ok: ") + headline(comparison))
     print("wrote " + ", ".join(str(p) for p in paths.values()))

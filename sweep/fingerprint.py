@@ -4,12 +4,15 @@ Five parts, each hashed on its own so that a rerun can say which one moved (``--
 
 - ``case``: the case spec (class, backend, shapes, tolerances, seed, the skiplist entry and ONNX optimiser flag it
   carries, a local model's module or config path) and the run settings a case reads (timeout, ``--run-skipped``);
-- ``versions``: the installed version of every pinned package, the Python version and the machine type;
-- ``export-sweep``: every source and data file under ``engine/`` and ``sweep/``, subpackages included (the zoo's
-  recipes, shrink rules, lessons and overrides live in ``sweep/zoo/``);
+- ``versions``: the installed version of every pinned package but transformers (for it, which of the version
+  ranges our code tests hold: its sources are hashed), the Python version and the machine type;
+- ``export-sweep``: every code and data file under ``engine/`` and ``sweep/``, subpackages included (the zoo's
+  recipes, shrink rules, lessons and overrides live in ``sweep/zoo/``), as a wheel ships them;
 - ``model``: the model class's source and every module of the same package it imports, transitively (its
-  ``modeling_*.py``, its ``configuration_*.py``, ``modeling_utils`` and what they import): touching one modeling
-  file changes the fingerprint of exactly the classes whose import closure holds it;
+  ``modeling_*.py``, its ``configuration_*.py``, ``modeling_utils`` and what they import), and the modeling modules
+  of the sub-models its configuration names: touching one modeling file changes the fingerprint of exactly the
+  classes whose closure holds it. Shared registries (the auto mappings, lazy ``__init__`` tables) count by the
+  class's own entries only (:mod:`sweep.shared_tables`), so registering a new model reruns that model alone;
 - ``local``: for ``--config`` the config file's bytes, for ``--model-module`` the module and the modules of its
   folder that it imports, transitively.
 
@@ -30,8 +33,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 OWN_SOURCES = ("engine", "sweep")
-#: files under engine/ and sweep/ that cannot change a result (prose)
-_IGNORED_SUFFIXES = (".md", ".pyc")
+#: the files under engine/ and sweep/ that can change a result, and that a wheel ships: code and YAML data (not
+#: prose, not caches), so an installed wheel and the checkout it was built from hash the same
+_HASHED_SUFFIXES = (".py", ".yaml")
+#: results shipped with the package (sweep/packaged/: the skiplists and baseline rows), which are not code
+_NOT_HASHED_FOLDERS = ("packaged",)
 #: the run settings a case's result depends on besides its spec
 SETTINGS_KEYS = ("timeout", "run_skipped")
 
@@ -53,27 +59,59 @@ def _file_digest(path: Path) -> str:
 
 @functools.cache
 def own_sources_digest(root: Path = REPO) -> str:
-    """One hash over every file under ``engine/`` and ``sweep/`` (names and bytes), prose excepted."""
+    """One hash over the code and data files under ``engine/`` and ``sweep/`` (names and bytes)."""
     entries = []
     for top in OWN_SOURCES:
         for path in sorted((root / top).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(_IGNORED_SUFFIXES):
-                entries.append((str(path.relative_to(root)), _file_digest(path)))
+            relative = path.relative_to(root)
+            if (path.suffix in _HASHED_SUFFIXES and path.is_file()
+                    and not set(relative.parts[1:-1]) & {"__pycache__", *_NOT_HASHED_FOLDERS}):
+                entries.append((str(relative), _file_digest(path)))
     return _digest(entries)
 
 
 # ─── versions ────────────────────────────────────────────────────────────────────────────────────
 
-@functools.cache
-def versions_digest() -> str:
-    from engine.versions import installed_versions
+#: packages whose sources the ``model`` part hashes: their version string adds nothing but the version ranges our
+#: own code tests it against (a patch's ``requires``), so a source tree at another version (``5.25.0.dev0``) keeps
+#: every case whose sources did not change
+HASHED_PACKAGES = ("transformers",)
 
-    return _digest({"packages": installed_versions(), "python": list(sys.version_info[:2]),
+
+@functools.cache
+def versions_digest(root: Path = REPO) -> str:
+    """The installed versions of the pinned packages (a local build tag such as ``+cpu`` left out: the same release's
+    CPU and CUDA wheels run the same CPU kernels), the Python version and the machine type; for
+    :data:`HASHED_PACKAGES`, which of the version ranges written in our sources hold instead of the version."""
+    from engine.versions import installed_in, installed_versions
+
+    packages = {name: (version or "").split("+", 1)[0] or None for name, version in installed_versions().items()
+                if name not in HASHED_PACKAGES}
+    ranges = sorted((package, spec, installed_in([(package, spec)])) for package, spec in _version_ranges(root))
+    return _digest({"packages": packages, "ranges": ranges, "python": list(sys.version_info[:2]),
                     "machine": platform.machine()})
+
+
+def _version_ranges(root: Path) -> set[tuple[str, str]]:
+    """Every ``{"<hashed package>": "<range>"}`` literal (a patch's ``requires=``) in our own sources."""
+    found = set()
+    for top in OWN_SOURCES:
+        for path in sorted((root / top).rglob("*.py")):
+            try:
+                tree = ast.parse(path.read_bytes())
+            except (OSError, SyntaxError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Dict):
+                    found |= {(k.value, v.value) for k, v in zip(node.keys, node.values)
+                              if isinstance(k, ast.Constant) and k.value in HASHED_PACKAGES
+                              and isinstance(v, ast.Constant) and isinstance(v.value, str)}
+    return found
 
 
 # ─── a module's import closure ───────────────────────────────────────────────────────────────────
 
+@functools.cache
 def _module_file(name: str, search_path: Path, prefix: str | None) -> Path | None:
     """The file of module ``name`` (dotted) found under ``search_path``, or None; with ``prefix``, only modules
     of that top-level package are looked up (site-packages holds torch too)."""
@@ -181,7 +219,9 @@ def _transformers_search_path() -> Path:
 
 @functools.cache
 def model_digest(class_name: str) -> str:
-    """The import closure of the transformers module that defines ``class_name``."""
+    """The import closure of the transformers module that defines ``class_name``, with the modeling modules of the
+    sub-models its configuration names (a composite builds them through the auto classes); shared registries count
+    by the class's own entries (:mod:`sweep.shared_tables`)."""
     import transformers
 
     where = getattr(transformers, "_class_to_module", {}).get(class_name)
@@ -193,7 +233,24 @@ def model_digest(class_name: str) -> str:
             module = model_class(class_name).__module__
         except Exception as e:  # noqa: BLE001 - any import failure leaves the part unknown, never guessed
             return f"unknown: transformers does not place {class_name} ({type(e).__name__})"
-    return closure_digest(module, _transformers_search_path(), "transformers")
+    return module_digest(module, class_name)
+
+
+def module_digest(module: str, class_name: str) -> str:
+    """:func:`model_digest` of a class defined in ``module``."""
+    from sweep.shared_tables import file_digest_for, own_names, sub_model_packages
+
+    search = _transformers_search_path()
+    files = list(import_closure(module, search, "transformers"))
+    if not files:
+        return f"unknown: no source for {module} under {search}"
+    parts = module.split(".")
+    for package in sorted(sub_model_packages(parts[2], search)) if parts[1:2] == ["models"] else ():
+        for path in sorted((search / "transformers" / "models" / package).glob("modeling_*.py")):
+            files += import_closure(f"transformers.models.{package}.{path.stem}", search, "transformers")
+    own = own_names(module, search) | {class_name}
+    entries = {str(p.relative_to(search)): file_digest_for(p, search, own, _file_digest(p)) for p in files}
+    return _digest([(module, *sorted(entries.items()))])
 
 
 def _local_digest(spec: dict) -> str | None:

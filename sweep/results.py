@@ -4,12 +4,14 @@ Appends from many processes (xdist workers, sweeps sharing a folder) never inter
 ``write`` of one line under an exclusive ``flock``, followed by ``fsync``. Nothing ever deletes rows: a case run
 again gets a newer row. Reading is strict about what a row
 is (a JSON object with ``model``, ``backend`` and ``status``) and names the line of anything else.
-A row file may hold several rows of one case (a resumed or re-run shard): :func:`latest_rows` keeps the last.
+A row file may hold several rows of one case (a resumed or re-run shard): :func:`latest_rows` keeps the one
+recorded last. A row file may be gzipped (``results.jsonl.gz``: the baseline packaged with export-sweep).
 """
 
 from __future__ import annotations
 
 import fcntl
+import gzip
 import json
 import math
 import os
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 ROWS_FILE = "results.jsonl"
+PACKED_ROWS_FILE = ROWS_FILE + ".gz"
 REQUIRED = ("model", "backend", "status")
 
 # ─── Strict JSON ─────────────────────────────────────────────────────────────────────────────────
@@ -62,9 +65,11 @@ class RowFileError(OSError):
 
 
 def rows_path(path: Path) -> Path:
-    """A row file given as itself or as the report folder holding ``results.jsonl``; it must exist."""
+    """A row file given as itself or as the report folder holding ``results.jsonl`` (or ``.gz``); it must exist."""
     path = Path(path)
     candidate = path / ROWS_FILE if path.is_dir() else path
+    if path.is_dir() and not candidate.is_file() and (path / PACKED_ROWS_FILE).is_file():
+        candidate = path / PACKED_ROWS_FILE
     if not candidate.is_file():
         where = f"{path} is a folder without {ROWS_FILE}" if path.is_dir() else f"{path} does not exist"
         raise RowFileError(f"no row file: {where}")
@@ -76,11 +81,18 @@ def case_id(row: dict[str, Any]) -> str:
     return row.get("case_id") or f"{row['model']}-{row['backend']}-{row.get('shapes', 'static')}"
 
 
+def recorded_at(row: dict[str, Any]) -> float:
+    """When a row was written into its run (a reused row: when it was reused; rows of older files: when their case
+    started)."""
+    when = row.get("recorded")
+    return float(when if when is not None else row.get("started") or 0.0)
+
+
 def latest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per case, the one that started last (file order breaks ties), sorted by case id."""
+    """One row per case, the one recorded last (file order breaks ties), sorted by case id."""
     latest: dict[str, tuple[float, int, dict]] = {}
     for order, row in enumerate(rows):
-        key = (float(row.get("started") or 0.0), order)
+        key = (recorded_at(row), order)
         cid = case_id(row)
         if cid not in latest or key >= latest[cid][:2]:
             latest[cid] = (*key, row)
@@ -136,7 +148,8 @@ class CorruptRow(ValueError):
 
 def read_rows(path: Path, on_corrupt=None) -> Iterator[dict[str, Any]]:
     """Rows of a row file; a corrupt line is passed to ``on_corrupt(CorruptRow)`` (default: raise) and skipped."""
-    with open(path, encoding="utf-8", errors="replace") as f:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
         for number, text in enumerate(f, 1):
             if not text.strip():
                 continue

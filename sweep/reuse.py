@@ -13,35 +13,33 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
 from pathlib import Path
 
 from sweep.fingerprint import reusable
-from sweep.results import RowFileError, case_id, latest_rows, read_rows, rows_path
+from sweep.results import case_id, latest_rows, read_rows
 
 #: statuses that are a property of the case (a timeout or a crash may be the machine's, and is retried)
 REUSABLE_STATUSES = frozenset({"pass", "fail", "discrepancy", "skip"})
 
 
-class ReuseError(ValueError):
-    """``--reuse-from`` names no readable report folder."""
-
-
-def check_source(path: Path) -> Path:
-    """The row file of ``--reuse-from PATH``, or a :class:`ReuseError` saying what was wrong."""
-    try:
-        return rows_path(path)
-    except RowFileError as e:
-        raise ReuseError(f"--reuse-from {path}: {e} (give an earlier run's report folder, e.g. reports/baseline)") from None
+class ReuseWarning(UserWarning):
+    """A line of an earlier run's row file could not be read (a torn last row); it is left out."""
 
 
 @functools.cache
-def _index(rows_file: Path) -> dict[str, dict]:
-    return {case_id(row): row for row in latest_rows(list(read_rows(rows_file)))}
+def _index(rows_files: tuple[Path, ...]) -> dict[str, dict]:
+    def skip(problem) -> None:  # as --resume does: said once, left out
+        warnings.warn(ReuseWarning(f"--reuse-from: {problem}"), stacklevel=2)
+
+    rows = [row for path in rows_files for row in read_rows(path, on_corrupt=skip)]
+    return {case_id(row): row for row in latest_rows(rows)}
 
 
-def find(source: Path, case: str, parts: dict[str, str]) -> tuple[dict | None, str]:
-    """``(the row to reuse, "")``, or ``(None, why the case runs)``; ``source``: a row file (:func:`check_source`)."""
-    row = _index(source).get(case)
+def find(sources: list[Path], case: str, parts: dict[str, str]) -> tuple[dict | None, str]:
+    """``(the row to reuse, "")``, or ``(None, why the case runs)``; ``sources``: row files (for a case in several,
+    the row recorded last)."""
+    row = _index(tuple(sources)).get(case)
     if row is None:
         return None, "new case"
     if row.get("status") not in REUSABLE_STATUSES:
@@ -58,7 +56,9 @@ def find(source: Path, case: str, parts: dict[str, str]) -> tuple[dict | None, s
     return row, ""
 
 
-def reused_row(row: dict, source: Path) -> dict:
+def reused_row(row: dict, sources: list[Path]) -> dict:
     """``row`` as it is (its result, and when, where and how long the case really ran), with the reuse marker:
-    the folder it came from and when it was reused (a row reused before gets the new marker)."""
-    return {**row, "reused_from": {"dir": str(source), "at": time.time()}}
+    the folder it came from and when it was reused (a row reused before gets the new marker). The run that reuses
+    it makes it its own (``run``, ``recorded``: sweep.plugin.running)."""
+    where = ", ".join(str(Path(p).parent) for p in sources)
+    return {**row, "reused_from": {"dir": where, "at": time.time()}}

@@ -64,8 +64,17 @@ class SkipEntry:
     def reference(self) -> str:
         return self.link or f"TODO: {self.todo}"
 
+    @property
+    def identity(self) -> str:
+        """The entry by what it says, not where it sits: ``export_skip: Foo (+2) on onnx,executorch``. Stable when
+        lines move and the same on every machine (a packaged skiplist has another path), so a row's fingerprint is."""
+        label = self.classes[0] + (f" (+{len(self.classes) - 1})" if len(self.classes) > 1 else "")
+        on = "" if set(self.backends) == set(BACKENDS) else f" on {','.join(self.backends)}"
+        versions = "".join(f" {package}{spec}" for package, spec in self.versions)
+        return f"{self.kind}: {label}{on}{versions}"
+
     def describe(self) -> str:
-        return f"{self.reason} ({self.reference}) [{self.file}:{self.line}]"
+        return f"{self.reason} ({self.reference}) [{self.identity}]"
 
 
 def _entries(path: Path) -> list[tuple[int, dict]]:

@@ -21,6 +21,8 @@ Map (lower layers first; a module imports only modules above it in this list):
   regex with the fix it yields. Where the zoo learns from an error: read this one.
 - ``shrink_rules``: the per-node shrinking rules, one named function per pattern, in :data:`RULES` order;
   ``shrink``: the pipeline (:func:`shrink_config`) over the whole tree.
+- ``completion``: a contributor's own config completed: the unset fields the shrinker's fill rules and the
+  ``__init__`` lessons fill, no size changed.
 - ``inputs``: candidate input dicts for a model's forward.
 - ``noise``: the noise a forward draws itself, passed in instead so exported and eager runs compare.
 - ``overrides`` (``data/overrides.yaml``) and ``known_failures`` (``data/known_failures.yaml``,

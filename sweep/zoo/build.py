@@ -7,7 +7,9 @@ of the furthest stage any profile reached: ``config_error`` < ``init_error`` < `
 ``missing_dependency`` with the package named.
 
 Bring your own model: ``build_case(name, config=...)`` takes a ``PreTrainedConfig``, a ``config.json`` path or a
-model folder in place of the synthesised config (a folder with weights is loaded with its weights).
+model folder in place of the synthesised config (a folder with weights is loaded with its weights). It is used as
+it is; where it does not build or run the inputs, the fields it leaves unset are completed as the catalog's configs
+are (:mod:`sweep.zoo.completion`) and recorded in :attr:`Case.config_completed`.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from sweep.zoo import catalog, conditioning, inputs, lessons, noise, overrides, repairs, ties
+from sweep.zoo import catalog, completion, conditioning, inputs, lessons, noise, overrides, repairs, ties
 from sweep.zoo.context import Hints, forward_parameters
 from sweep.zoo.errors import CONFIG_ERROR, FORWARD_ERROR, INIT_ERROR, STAGE_ORDER, ZooError, as_missing_dependency
 from sweep.zoo.profiles import BUDGET_PROFILES, PROFILES, Profile
@@ -51,6 +53,8 @@ class Case:
     profile: str
     seconds: float
     source: str = "synthesised"  # or "config" / "pretrained" for a contributor's own model
+    #: fields a contributor's config left unset that the build filled, by dotted path ({"pad_token_id": 0})
+    config_completed: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def config(self):
@@ -59,7 +63,8 @@ class Case:
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "model_type": self.model_type, "mappings": list(self.mappings),
                 "num_parameters": self.num_parameters, "profile": self.profile, "seconds": round(self.seconds, 3),
-                "source": self.source, "inputs": sorted(self.inputs)}
+                "source": self.source, "inputs": sorted(self.inputs),
+                **({"config_completed": self.config_completed} if self.config_completed else {})}
 
 
 def model_class(name: str) -> type:
@@ -103,9 +108,7 @@ def _smallest_running_case(name: str, seed: int, config: Any) -> Case:
     cls = model_class(name)
     start = time.perf_counter()
     if config is not None:
-        model, source = _own_model(cls, config, seed)
-        case_inputs = _first_running_inputs(model, seed, name)
-        return _case(name, record, model, case_inputs, "own", start, source)
+        return _own_case(name, record, cls, config, seed, start)
 
     rules = overrides.for_class(name, record.model_type)
     failures: list[ZooError] = []
@@ -405,15 +408,49 @@ def _with_caller_noise(model: torch.nn.Module, candidate: dict[str, Any], seed: 
 # -- bring your own model -------------------------------------------------------------------------------------
 
 
-def _own_model(cls: type, config: Any, seed: int) -> tuple[torch.nn.Module, str]:
+def _own_case(name: str, record, cls: type, config: Any, seed: int, start: float) -> Case:
+    """The contributor's model, built from its config as it is; where that does not build or run the sweep's
+    inputs, built again with the fields the config leaves unset completed as the catalog's configs are
+    (:func:`sweep.zoo.completion.build_completed`), what was filled recorded in :attr:`Case.config_completed`.
+    Where nothing is completed, or the completed config fails too, the error is the config's as it is."""
+    own, build, source = _own_config(cls, config)
+    completed: dict[str, Any] = {}
+    try:
+        torch.manual_seed(seed)
+        model = build(own).eval()
+        case_inputs = _first_running_inputs(model, seed, name)
+    except Exception as as_given:
+        missing = isinstance(as_given, ZooError) and as_given.category == "missing_dependency"
+        if missing or isinstance(as_given, ImportError):
+            raise
+        try:
+            model, completed = completion.build_completed(build, own, seed)
+            case_inputs = _first_running_inputs(model, seed, name) if completed else {}
+        except Exception as exc:  # noqa: BLE001 - the config as it is is what the contributor reads about
+            logger.info("%s: fails with its config completed too: %s: %s", name, type(exc).__name__, exc)
+            completed = {}
+        if not completed:
+            raise
+    case = _case(name, record, model, case_inputs, "own", start, source)
+    case.config_completed = completed
+    return case
+
+
+def _own_config(cls: type, config: Any) -> tuple[Any, Callable[[Any], torch.nn.Module], str]:
+    """The contributor's config, how the model is built from it, and the source: ``config`` (a config object or a
+    ``config.json``: random init) or ``pretrained`` (a folder with weights, loaded with them; read as the class's own
+    config class, as ``from_pretrained`` reads it, so that a completed one can be passed in its place)."""
     from transformers import AutoConfig, PreTrainedConfig
 
-    torch.manual_seed(seed)
     if isinstance(config, PreTrainedConfig):
-        return cls(config).eval(), "config"
+        return config, cls, "config"
     path = Path(os.fspath(config))
     folder = path if path.is_dir() else path.parent
-    if path.is_dir() and any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin")):
-        return cls.from_pretrained(folder, local_files_only=True).eval(), "pretrained"
-    own = AutoConfig.from_pretrained(folder if path.is_dir() else path, local_files_only=True)
-    return cls(own).eval(), "config"
+    if not (path.is_dir() and any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))):
+        return AutoConfig.from_pretrained(folder if path.is_dir() else path, local_files_only=True), cls, "config"
+    own = cls.config_class.from_pretrained(folder, local_files_only=True)
+
+    def load(given: Any) -> torch.nn.Module:
+        return cls.from_pretrained(folder, local_files_only=True, **({"config": given} if given is not own else {}))
+
+    return own, load, "pretrained"

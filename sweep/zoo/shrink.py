@@ -64,7 +64,7 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
     _scale_image_token_counts(root, old_patches, image_patches(root))
     _follow_channel_maps(root)
     _scale_pinpoints(root, old_side, image_side(root))
-    _fill_unset_placeholder_ids(root, profile, token_map)
+    fill_unset_placeholder_ids(root, profile, token_map)
     _fill_image_vocabulary_maps(root)
     _clamp_tower_layer_indices(root)
     _apply_implicit_defaults(root, implicit_defaults or {})
@@ -224,7 +224,7 @@ def _vocab_sizes(root: Node) -> list[int]:
     return [n.args["vocab_size"] for n in root.walk() if is_int(n.args.get("vocab_size"))]
 
 
-def _fill_unset_placeholder_ids(root: Node, profile: Profile, token_map: dict[int, int]) -> None:
+def fill_unset_placeholder_ids(root: Node, profile: Profile, token_map: dict[int, int]) -> None:
     """A multimodal config whose image placeholder id defaults to None (BLIP-2) gets a reserved id."""
     vocabs = _vocab_sizes(root)
     if not vocabs or not root.children:

@@ -59,9 +59,9 @@ def test_markdown_and_html_show_the_sections():
     c = compare_runs(OLD, NEW, old_label="baseline", new_label="pr")
     md = to_markdown(c)
     assert ("❌ **regressions**: 2 regressions, 2 missing cases, 1 fixes, 1 other changes, 1 new classes, "
-            "1 gone classes, 1 time changes.") in md
+            "0 new cases not passing, 1 gone classes, 1 time changes.") in md
     for title in ("## Versions that moved (1)", "## Regressions (pass → not passing) (2)", "## Fixes (now passing) (1)",
-                  "## Missing cases (in the old run, not in the new one) (2)",
+                  "## Missing cases (in the old run or selected by the new one, not written) (2)",
                   "## New classes (1)", "## Gone classes (1)", "## Time changes (beyond ±50% and ≥ 5 s) (1)"):
         assert title in md
     assert "| Breaks-dynamo-dynamic | pass | fail | export | torch.export: data-dependent branch or value |" in md
@@ -118,3 +118,69 @@ def test_the_markdown_stays_short_enough_for_a_pr_comment():
     md = to_markdown(compare_runs(old, new))
     assert len(md) < 20_000 and f"… and {1500 - MARKDOWN_ROWS} more" in md
     assert "M1499-dynamo-dynamic" in to_html(compare_runs(old, new))
+
+
+# ─── The gate reads what the new run selected (its run records) ──────────────────────────────────
+
+def run_record(selected, models="all", backends=("dynamo",), shard=None, filtered=False, run="r1"):
+    from sweep.runs import record
+
+    rec = record(run, models=models, backends=backends, shapes=("dynamic",), generate=False, shard=shard,
+                 filtered=filtered, selected=selected)
+    return rec
+
+
+def test_a_case_the_run_selected_and_did_not_write_is_missing():
+    old = [row("A"), row("B"), row("C"), row("A", backend="onnx")]
+    # --models=A,B (not the catalog): B was selected, its worker died before writing it
+    runs = [run_record(["A-dynamo-dynamic", "B-dynamo-dynamic"], models="A,B", filtered=False)]
+    c = compare_runs(old, [row("A")], new_runs=runs)
+    assert c.missing == ["B-dynamo-dynamic"] and c.exit_code == 1
+    assert c.subset and c.not_run == 2  # C and A on onnx were not selected: not run, not missing
+    # a catalog run on dynamo lacks C: C is in its scope (a class gone from the catalog), so it is missing too
+    whole = [run_record(["A-dynamo-dynamic", "B-dynamo-dynamic"])]
+    c = compare_runs(old, [row("A"), row("B")], new_runs=whole)
+    assert c.missing == ["C-dynamo-dynamic"] and c.not_run == 1  # A on onnx is outside the dynamo run's scope
+    assert compare_runs(old, [row("A"), row("B")], new_runs=whole, subset=True).exit_code == 0
+
+
+def test_shards_of_a_catalog_run_cover_it_whole_only_together():
+    old = [row("A"), row("B"), row("C")]
+    shards = [run_record(["A-dynamo-dynamic"], shard="1/2", run="s1"),
+              run_record(["B-dynamo-dynamic"], shard="2/2", run="s2")]
+    c = compare_runs(old, [row("A"), row("B")], new_runs=shards)
+    assert c.missing == ["C-dynamo-dynamic"]
+    c = compare_runs(old, [row("A")], new_runs=shards[:1])  # one shard alone is not the whole catalog
+    assert c.missing == [] and c.not_run == 2 and c.exit_code == 0
+
+
+def test_a_new_class_that_fails_is_shown_with_its_status_and_strict_new_fails_on_it():
+    old = [row("A")]
+    new = [row("A"), row("Fresh", "crash", stage="export", error="Fatal Python error: Aborted"), row("Ok")]
+    c = compare_runs(old, new)
+    assert [(x.case, x.new) for x in c.new_failing] == [("Fresh-dynamo-dynamic", "crash")]
+    md = to_markdown(c)
+    assert c.exit_code == 0 and "## New cases not passing (not in the old run) (1)" in md
+    assert "| Fresh-dynamo-dynamic |  | crash | export |" in md and "1 new cases not passing" in md
+    strict = compare_runs(old, new, strict_new=True)
+    assert strict.exit_code == 1 and "❌ **new cases failing**" in to_markdown(strict)
+
+
+def test_compare_with_one_folder_uses_the_packaged_baseline_and_its_runs(tmp_path, capsys, monkeypatch):
+    from sweep import packaged
+    from sweep.runs import append_run
+
+    base = tmp_path / "pkg" / "baseline"
+    write(base / "results.jsonl", [row("A"), row("B")])
+    monkeypatch.setattr(packaged, "baseline_folders", lambda: [base])
+    new = tmp_path / "new"
+    write(new / "results.jsonl", [row("A"), row("Fresh", "fail", error="ValueError: x")])
+    append_run(new / "results.jsonl", run_record(["A-dynamo-dynamic", "B-dynamo-dynamic", "Fresh-dynamo-dynamic"],
+                                                 models="A,B,Fresh"))
+    assert main(["compare", str(new)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("MISSING CASES: 0 regressions, 1 missing cases") and "missing: B-dynamo-dynamic" in out
+    write(new / "results.jsonl", [row("B")])
+    assert main(["compare", str(new)]) == 0
+    assert main(["compare", str(new), "--strict-new"]) == 1
+    assert "new, not passing: Fresh-dynamo-dynamic: fail" in capsys.readouterr().out

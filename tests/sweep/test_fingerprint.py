@@ -6,6 +6,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sweep import fingerprint as fp
 
@@ -190,5 +192,109 @@ def test_a_class_transformers_does_not_export_is_placed_where_the_zoo_finds_it()
 
     assert not hasattr(transformers, "VoxtralRealtimeTextModel")
     module = "transformers.models.voxtral_realtime.modeling_voxtral_realtime"
-    expected = fp.closure_digest(module, fp._transformers_search_path(), "transformers")
+    expected = fp.module_digest(module, "VoxtralRealtimeTextModel")
     assert fp.model_digest("VoxtralRealtimeTextModel") == expected
+
+
+def test_the_version_of_transformers_counts_only_through_the_ranges_our_code_tests(monkeypatch, tmp_path):
+    """A source tree at another version (5.25.0.dev0) hashes its sources in the model part; its version string
+    changes the versions part only where a range written in our sources (a patch's requires) flips."""
+    import engine.versions
+
+    real = engine.versions.installed_versions()
+    _tree(tmp_path, {"engine/p.py": 'register_patch("dynamo", "x.y", requires={"transformers": "<5.25"})\n',
+                     "sweep/s.py": "x = 1\n"})
+
+    def digest(version):
+        monkeypatch.setattr(engine.versions, "installed_versions", lambda: {**real, "transformers": version})
+        monkeypatch.setattr(engine.versions.md, "version", lambda name: version if name == "transformers" else real.get(name))
+        fp.versions_digest.cache_clear()
+        return fp.versions_digest(tmp_path)
+
+    try:
+        assert digest("5.24.0") == digest("5.24.1")  # no range flips: the same
+        assert digest("5.24.0") != digest("5.25.0.dev0")  # "<5.25" no longer holds
+    finally:
+        fp.versions_digest.cache_clear()
+
+
+def test_a_local_build_tag_is_not_a_version_change(monkeypatch):
+    import engine.versions
+
+    real = engine.versions.installed_versions()
+    monkeypatch.setattr(engine.versions, "installed_versions", lambda: {**real, "torch": real["torch"] + "+cpu"})
+    fp.versions_digest.cache_clear()
+    try:
+        cpu = fp.versions_digest()
+        monkeypatch.setattr(engine.versions, "installed_versions", lambda: real)
+        fp.versions_digest.cache_clear()
+        assert fp.versions_digest() == cpu
+    finally:
+        fp.versions_digest.cache_clear()
+
+
+REGISTRY = """\
+    from collections import OrderedDict
+    from typing import TYPE_CHECKING
+
+    if TYPE_CHECKING:
+        from .llama import *
+        from .bert import *
+
+    NAMES = OrderedDict(
+        [
+            ("llama", "LlamaConfig"),
+            ("bert", "BertConfig"),
+            ("t5", "T5Config"),
+            ("gpt2", "GPT2Config"),
+            ("clip", "CLIPConfig"),
+            ("vit", "ViTConfig"),
+            ("opt", "OPTConfig"),
+            ("bart", "BartConfig"),
+        ]
+    )
+    SMALL = ["llama", "bert"]
+
+
+    def lookup(name):
+        return NAMES[name]
+    """
+KNOWN = frozenset({"llama", "bert", "t5", "gpt2", "clip", "vit", "opt", "bart", "new_model", "NewConfig"})
+
+
+@pytest.fixture
+def registry(tmp_path, monkeypatch):
+    from sweep import shared_tables
+
+    monkeypatch.setattr(shared_tables, "known_names", lambda search_path: KNOWN)
+    path = tmp_path / "mappings.py"
+
+    def digest(text, own):
+        shared_tables.split_file.cache_clear()
+        shared_tables._by_name.cache_clear()
+        path.write_text(textwrap.dedent(text))
+        return shared_tables.file_digest_for(path, tmp_path, frozenset(own), whole=fp._digest(text))
+
+    return digest
+
+
+def test_a_new_models_registry_entries_leave_other_classes_alone(registry):
+    llama = {"llama", "LlamaConfig"}
+    before = registry(REGISTRY, llama)
+    new_model = REGISTRY.replace('    ("llama", "LlamaConfig"),', '    ("llama", "LlamaConfig"),\n            ("new_model", "NewConfig"),')
+    new_model = new_model.replace("from .llama import *", "from .llama import *\n        from .new_model import *")
+    assert registry(new_model, llama) == before  # the new model's entries (and TYPE_CHECKING lines) do not count
+    assert registry(new_model, {"new_model", "NewConfig"}) != registry(REGISTRY, {"new_model", "NewConfig"})
+    assert registry(REGISTRY.replace('"LlamaConfig"', '"LlamaCfg"'), llama) != before  # its own entry does
+    assert registry(REGISTRY.replace("return NAMES[name]", "return NAMES.get(name)"), llama) != before  # code does
+    assert registry(REGISTRY.replace('SMALL = ["llama", "bert"]', 'SMALL = ["bert"]'), llama) != before  # a constant
+
+
+@given(st.lists(st.sampled_from(sorted(KNOWN - {"llama"})), min_size=8, max_size=20), st.sampled_from(sorted(KNOWN - {"llama"})))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # the fixture clears its caches per call
+def test_entries_not_naming_a_class_never_change_its_digest(registry, others, added):
+    """Property: in a registry table, adding any entry that names none of the class's names leaves its digest."""
+    table = ",\n".join(f'    ("{name}", "X")' for name in ["llama", *others])
+    text = f"NAMES = dict([\n{table}\n])\n"
+    grown = text.replace('    ("llama", "X")', f'    ("llama", "X"),\n    ("{added}", "Y")')
+    assert registry(grown, {"llama"}) == registry(text, {"llama"})

@@ -301,7 +301,9 @@ def test_green_with_known_failures_listed_red_when_a_passing_class_breaks(pytest
     assert red.ret == 1
     red.assert_outcomes(passed=1, failed=1, skipped=2)
     red.stdout.fnmatch_lines(["*fail: BreakableModel on dynamo (dynamic), stage eager*", "*category: *",
-                              "*ValueError: broken on purpose*", "*known failure? list it in skiplists/export_skip.yaml*"])
+                              "*ValueError: broken on purpose*",
+                              "*a model of yours (--config/--model-module): export-sweep's skiplists list catalog classes only*"])
+    assert "known failure?" not in red.stdout.str()  # a local model's failure never points at our skiplists
     assert "Traceback" not in red.stdout.str()
     long = _pytest(pytester, *args, "--tb=long")
     long.stdout.fnmatch_lines(["*traceback (child process):*", "*raise ValueError*"])
@@ -341,12 +343,12 @@ def test_config_sweeps_the_classes_of_a_local_config_folder(pytester):
 
 
 def test_progress_line_says_done_of_total_elapsed_and_eta():
-    from sweep.plugin import _Progress
+    from sweep.plugin.reporting import Progress
 
-    progress = _Progress(total=6188, started=0.0, done=1547)
+    progress = Progress(total=6188, started=0.0, done=1547)
     assert progress.line(now=3600.0) == ("export-sweep: 1,547 of 6,188 cases (25%), 1h 00m elapsed, ETA 3h 00m "
                                          "(25.8 cases/min)")
-    assert _Progress(total=10, started=0.0, done=0).line(now=30.0).endswith("30s elapsed, ETA ? (0.0 cases/min)")
+    assert Progress(total=10, started=0.0, done=0).line(now=30.0).endswith("30s elapsed, ETA ? (0.0 cases/min)")
 
 
 def test_the_progress_total_counts_the_cases_left_after_k_and_m(sweep, pytester):
@@ -357,7 +359,9 @@ def test_the_progress_total_counts_the_cases_left_after_k_and_m(sweep, pytester)
 def test_under_xdist_the_total_comes_from_the_ids_a_worker_collected(sweep, pytester):
     from types import SimpleNamespace
 
-    from sweep.plugin import _PROGRESS, _SETTINGS, pytest_xdist_node_collection_finished
+    from sweep.plugin import pytest_xdist_node_collection_finished
+    from sweep.plugin.options import SETTINGS as _SETTINGS
+    from sweep.plugin.reporting import PROGRESS as _PROGRESS
 
     config = pytester.parseconfigure("--pyargs", "sweep", "--model-module=local_models", "--backend=all",
                                      "--models=GoodModel,OtherGoodModel", f"--skiplist-dir={pytester.path / 'skiplists'}")

@@ -184,3 +184,15 @@ def test_a_whole_file_write_gets_the_permissions_of_any_new_file(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "matrix.md").stat().st_mode) == 0o644
+
+
+@given(st.lists(st.tuples(st.sampled_from("ABC"), st.floats(0, 100), st.floats(0, 100)), max_size=12),
+       st.sampled_from("ABC"), st.floats(0, 100))
+def test_a_row_recorded_now_is_the_latest_of_its_case_whenever_its_case_started(earlier, case, started):
+    """The latest-row rule cannot go backwards: a row recorded after the others (a reused row, whose case ran long
+    ago) is its case's result, whatever its ``started``."""
+    rows = [{"model": m, "backend": "eager", "status": "fail", "started": s, "recorded": r} for m, s, r in earlier]
+    newest = max([r for _, _, r in earlier], default=0.0) + 1.0
+    latest = {"model": case, "backend": "eager", "status": "pass", "started": started, "recorded": newest}
+    by_case = {row["model"]: row for row in latest_rows([*rows, latest])}
+    assert by_case[case] is latest

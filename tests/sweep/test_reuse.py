@@ -34,7 +34,9 @@ def test_unchanged_cases_are_reused_and_changed_ones_rerun(sweep, pytester):
             continue
         marker = row.pop("reused_from")
         assert marker["dir"] == str(pytester.path / "reports") and marker["at"] > ran[case]["started"]
-        assert row == ran[case]  # the row as the run that computed it wrote it, apart from the marker
+        # the row is this run's now: its run id and when it was recorded, so that it is the latest of its case
+        assert row.pop("run") != ran[case].pop("run") and row.pop("recorded") > ran[case].pop("recorded")
+        assert row == ran[case]  # otherwise the row as the run that computed it wrote it
     matrix = json.loads((pytester.path / "again" / "matrix.json").read_text())
     assert matrix["cases"] == 6  # reused rows count like any row
 
@@ -74,14 +76,51 @@ def test_find_names_why_a_case_runs(tmp_path):
         ("moved", {"fingerprint_parts": {"case": "a", "model": "c"}}, "changed: model"),
     ]:
         (tmp_path / sub).mkdir()
-        found, why = find(_source(tmp_path / sub, **row), "M-eager-static", parts)
+        found, why = find([_source(tmp_path / sub, **row)], "M-eager-static", parts)
         assert why == reason and (found is not None) == (reason == "")
-    assert find(tmp_path / "same" / "results.jsonl", "Other-eager-static", parts) == (None, "new case")
-    assert find(tmp_path / "same" / "results.jsonl", "M-eager-static", {**parts, "model": "unknown: x"})[1] == "unknown: model"
+    same = [tmp_path / "same" / "results.jsonl"]
+    assert find(same, "Other-eager-static", parts) == (None, "new case")
+    assert find(same, "M-eager-static", {**parts, "model": "unknown: x"})[1] == "unknown: model"
+
+
+def test_a_torn_line_in_the_source_is_skipped_with_a_warning(tmp_path):
+    import pytest
+
+    from sweep.reuse import ReuseWarning
+
+    source = _source(tmp_path)
+    with open(source, "a") as f:
+        f.write('{"model": "N", "backend": "eager", "sta')  # a writer killed mid-row
+    with pytest.warns(ReuseWarning, match="results.jsonl:2: corrupt row skipped"):
+        found, why = find([source], "M-eager-static", {"case": "a", "model": "b"})
+    assert found is not None and why == ""
 
 
 def test_a_row_reused_twice_keeps_the_run_that_computed_it(tmp_path):
     original = {"model": "M", "status": "pass", "started": 1.0, "wall_seconds": 5.0, "worker": "gw0"}
-    twice = reused_row(reused_row(original, tmp_path / "a"), tmp_path / "b")
+    twice = reused_row(reused_row(original, [tmp_path / "a" / "results.jsonl"]), [tmp_path / "b" / "results.jsonl"])
     assert twice.pop("reused_from")["dir"] == str(tmp_path / "b")
     assert twice == original
+
+
+def test_a_reused_row_is_the_latest_of_its_case_in_the_folder_it_joins(sweep, pytester):
+    """An older failure in the destination folder (a case that started after the source's pass was computed) does
+    not win over the pass reused into it: a row is ordered by when it was recorded, not when its case started."""
+    import time
+
+    from sweep.results import append_row
+
+    assert sweep("--backend=eager", "--models=GoodModel", f"--report-dir={pytester.path / 'src'}").ret == 0
+    append_row(pytester.path / "dest" / "results.jsonl",
+               {"model": "GoodModel", "backend": "eager", "shapes": "static", "case_id": "GoodModel-eager-static",
+                "status": "fail", "started": time.time(), "error": "ValueError: an older failure"})
+    again = sweep("--backend=eager", "--models=GoodModel", f"--reuse-from={pytester.path / 'src'}",
+                  f"--report-dir={pytester.path / 'dest'}")
+    assert again.ret == 0
+    matrix = json.loads((pytester.path / "dest" / "matrix.json").read_text())
+    assert [cell["status"] for cell in matrix["models"]["GoodModel"].values()] == ["pass"]
+    # the row names this run, whose record holds the selection (rows no longer repeat it)
+    reused = rows(pytester, "dest")[-1]
+    runs = [json.loads(line) for line in (pytester.path / "dest" / "runs.jsonl").read_text().splitlines()]
+    assert "selection" not in reused and [r["run"] for r in runs] == [reused["run"]]
+    assert runs[0]["models"] == "GoodModel" and runs[0]["selected"] == ["GoodModel-eager-static"]
