@@ -21,7 +21,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if (sweep_option_given(config) and config.args_source != pytest.Config.ArgsSource.ARGS) or given_cases(config):
         # the headline command: sweep options (or case ids) and no paths collect the sweep, not the folder's tests
-        config.args = [str(TEST_FILE)]
+        config.args = ["sweep.test_export"] if config.option.pyargs else [str(TEST_FILE)]
     settings = build_settings(config)
     config.stash[SETTINGS] = settings
     if hasattr(config, "workerinput"):  # the controller decided what is done (see pytest_configure_node)

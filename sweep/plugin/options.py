@@ -123,7 +123,8 @@ def given_cases(config: pytest.Config) -> frozenset[str] | None:
     """The case ids given as arguments, when every argument is one (a real path keeps pytest's meaning); read once,
     before the sweep replaces the arguments with its test file."""
     if _GIVEN_CASES not in config.stash:
-        cases = [case_id_of_arg(arg) for arg in config.args] if config.args_source == pytest.Config.ArgsSource.ARGS else []
+        args = [a for a in config.args if not (config.option.pyargs and a in ("sweep", "sweep.test_export"))]
+        cases = [case_id_of_arg(arg) for arg in args] if config.args_source == pytest.Config.ArgsSource.ARGS else []
         config.stash[_GIVEN_CASES] = frozenset(cases) if cases and all(cases) else None
     return config.stash[_GIVEN_CASES]
 

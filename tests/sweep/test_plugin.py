@@ -97,6 +97,8 @@ def test_models_from_a_file_and_named_sets(sweep, pytester):
         (["--rtol=inf"], "--rtol must be a finite number >= 0, got inf"),
         (["--strict-skiplists"], "--strict-skiplists needs --run-skipped"),
         (["--config=nowhere"], "--config nowhere: no such file"),
+        (["--models="], "--models is empty (an unset variable?)"),  # never the whole catalog
+        (["--backend="], "--backend is empty"),  # never a green run of nothing
     ],
 )
 def test_option_errors_are_usage_errors(sweep, args, message):
@@ -136,12 +138,49 @@ def test_skiplisted_cases_skip_and_run_skipped_reports_stale_entries(sweep, pyte
         """))
     result = sweep("--models=GoodModel", "--backend=dynamo")
     result.assert_outcomes(skipped=1)
+    # the reason is in the summary without -rs: one line per entry
+    result.stdout.fnmatch_lines(["known failures: 1 cases skipped, listed by 1 skiplist entries*",
+                                 "*1 GoodModel-dynamo-dynamic: pretend it cannot export (TODO: nothing, it is a test) "
+                                 "[[]export_skip: GoodModel on dynamo[]]"])
     (row,) = rows(pytester)  # the matrix shows the skip and its entry
     assert row["status"] == "skip" and "pretend it cannot export" in row["skiplist"] and "TODO: nothing" in row["skiplist"]
     (pytester.path / "reports" / "results.jsonl").unlink()
     result = sweep("--models=GoodModel", "--backend=dynamo", "--run-skipped")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*stale skiplist entries (the case now passes): 1*", "*pretend it cannot export*"])
+
+
+def test_the_printed_rerun_command_reruns_just_the_failures(sweep, pytester):
+    import shlex
+
+    first = sweep("--models=GoodModel,DriftModel,AbortModel", "--backend=eager,dynamo")
+    assert first.ret == 1
+    line = next(l for l in first.outlines if l.startswith("rerun the 3 failing case(s): "))
+    command = shlex.split(line.split(": ", 1)[1])
+    assert command[0] == "pytest" and {"AbortModel-eager-static", "AbortModel-dynamo-dynamic",
+                                       "DriftModel-dynamo-dynamic"} <= set(command)
+    os.remove(pytester.path / "reports" / "results.jsonl")
+    again = pytester.run(sys.executable, "-m", "pytest", *BLOCK_UNUSED_PLUGINS, *command[1:])
+    assert again.ret == 1
+    assert sorted(r["case_id"] for r in rows(pytester)) == ["AbortModel-dynamo-dynamic", "AbortModel-eager-static",
+                                                            "DriftModel-dynamo-dynamic"]
+    # the node id pytest printed for a case works as an argument too
+    pasted = sweep("::test_export[GoodModel-dynamo-dynamic]", "--collect-only", "-q")
+    assert [l for l in pasted.outlines if "test_export[" in l] == ["::test_export[GoodModel-dynamo-dynamic]"]
+
+
+def test_python_m_sweep_keeps_pytests_last_failed(pytester):
+    pytester.makepyfile(local_models=LOCAL_MODELS)
+    (pytester.path / "skiplists").mkdir()
+    args = ["--model-module=local_models", "--models=GoodModel,DriftModel", "--backend=dynamo", "-n", "0",
+            f"--skiplist-dir={pytester.path / 'skiplists'}"]
+    assert pytester.run(sys.executable, "-m", "sweep", *args).ret == 1
+    last_failed = pytester.run(sys.executable, "-m", "sweep", *args, "--lf")
+    assert last_failed.ret == 1
+    last_failed.stdout.fnmatch_lines(["*1 failed, 1 deselected*"])
+    stepwise = pytester.run(sys.executable, "-m", "sweep", *args, "--sw")
+    assert stepwise.ret == pytest.ExitCode.INTERRUPTED  # pytest's own --sw stop, not a usage error
+    stepwise.stdout.fnmatch_lines(["*Interrupted: Test failed, continuing from this test next run*"])
 
 
 def _cells(matrix_path):
