@@ -61,6 +61,11 @@ def pytest_configure_node(node) -> None:
         node.workerinput["sweep_done"] = sorted(settings.done)
         node.workerinput["sweep_shared"] = str(settings.shared_dir) if settings.shared_dir else None
         node.workerinput["sweep_run"] = settings.run_id
+        node.workerinput["sweep_models"] = list(settings.models)
+        from sweep.zoo import catalog
+
+        node.workerinput["sweep_classes"] = catalog.all_classes() if any(
+            m not in settings.local_models for m in settings.models) else []
 
 
 def _is_generative(model: str, settings: SweepSettings) -> bool:

@@ -229,10 +229,14 @@ def build_settings(config: pytest.Config) -> SweepSettings:
         selection = ",".join(sorted({CASE_ID.match(c).group("model") for c in cases}))
     else:
         selection = ",".join(sorted(local)) if local else "all"
+    # an xdist worker takes what its controller resolved and checked (the catalog costs each process seconds)
+    handed = getattr(config, "workerinput", {}).get("sweep_models")
+    classes = frozenset(config.workerinput["sweep_classes"]) if handed is not None else None
     try:
-        models = resolve_models(selection, extra=local)
-        skiplists = load_skiplists(skiplists_at, lambda name: name in local or is_known_class(name),
-                                   lambda: [*catalog.all_classes(), *local])
+        models = list(handed) if handed is not None else resolve_models(selection, extra=local)
+        skiplists = load_skiplists(
+            skiplists_at, lambda name: name in local or (name in classes if classes else is_known_class(name)),
+            lambda: [*(classes if classes is not None else catalog.all_classes()), *local])
     except (SelectionError, SkiplistError) as e:
         raise pytest.UsageError(str(e)) from None
     generate = opt.generate or bool(cases and any(c.endswith("-generate") for c in cases))

@@ -51,7 +51,7 @@ def sweep_run(request: pytest.FixtureRequest):
         else:
             rerun_reason = None
         if not skipped:  # the forkserver starts before the first case that runs (a skipped case never needs it)
-            warm_backends(settings.backends, catalog=needs_catalog)
+            warm_backends(_worth_warming(request.session, settings), catalog=needs_catalog)
         started = time.time()
         if skipped:
             result = {"status": "skip", "skip_reason": f"skiplist: {spec['skiplist']}"}
@@ -91,6 +91,24 @@ def sweep_run(request: pytest.FixtureRequest):
         return row
 
     return run
+
+
+#: a backend's warm-up (its first export, in the forkserver: 1 s for dynamo, 3 s for ONNX, 12 s for ExecuTorch)
+#: pays off from this many of its cases per process; below it each case pays its own first-use costs instead
+WARM_FROM_CASES = 2
+
+
+def _worth_warming(session: pytest.Session, settings: SweepSettings) -> tuple[str, ...]:
+    """The backends this process can expect :data:`WARM_FROM_CASES` cases of: its share of the collected cases
+    (under xdist every worker collects them all and runs about 1/n of them). A small run at ``-n 2`` then does not
+    warm every backend in every worker for one case each."""
+    from collections import Counter
+
+    from sweep.plugin.collection import case_of
+
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    per_backend = Counter(case_of(item.nodeid).rsplit("-", 2)[1] for item in session.items if "test_export[" in item.nodeid)
+    return tuple(b for b in settings.backends if per_backend[b] / workers >= WARM_FROM_CASES)
 
 
 def _with_shared_build(spec: dict, settings: SweepSettings) -> dict:

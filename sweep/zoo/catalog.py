@@ -37,10 +37,72 @@ def mapping_label(dict_name: str) -> str:
     return core.lower() or "base"
 
 
+@functools.cache
 def _mapping_dicts() -> dict[str, dict]:
+    """Every ``MODEL_*_MAPPING_NAMES`` dict, read from the module's source when each is a literal (0.02 s; importing
+    the module costs every controller and xdist worker seconds of transformers' lazy import machinery)."""
+    static = _literal_mapping_dicts()
+    if static is not None:
+        return static
     module = importlib.import_module(MAPPING_MODULE)
     names = sorted(n for n in dir(module) if n.startswith("MODEL_") and n.endswith("_MAPPING_NAMES"))
     return {mapping_label(n): getattr(module, n) for n in names}
+
+
+def _literal_mapping_dicts() -> dict[str, dict] | None:
+    """The mapping dicts as ``OrderedDict([...literal...])`` statements of ``modeling_auto.py``, or None when one is
+    not a literal (then the module is imported)."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("transformers")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(spec.submodule_search_locations[0], *MAPPING_MODULE.split(".")[1:]).with_suffix(".py")
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found, by_name = {}, {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        name = node.targets[0].id
+        if not (name.startswith("MODEL_") and name.endswith("_MAPPING_NAMES")):
+            continue
+        value = node.value
+        if not (isinstance(value, ast.Call) and getattr(value.func, "id", None) == "OrderedDict" and len(value.args) == 1
+                and not value.keywords):
+            return None
+        entries = _literal_entries(value.args[0], by_name)
+        if entries is None:
+            return None
+        by_name[name] = found[mapping_label(name)] = dict(entries)
+    return dict(sorted(found.items())) or None
+
+
+def _literal_entries(node, by_name: dict[str, dict]) -> list | None:
+    """``[("llama", "LlamaModel"), ...]``, where an element may also be ``*list(<an earlier mapping>.items())``."""
+    import ast
+
+    if not isinstance(node, ast.List):
+        return None
+    entries: list = []
+    for element in node.elts:
+        if isinstance(element, ast.Starred):
+            call = element.value  # list(NAME.items())
+            inner = call.args[0] if isinstance(call, ast.Call) and len(call.args) == 1 else None
+            if not (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "items"
+                    and isinstance(inner.func.value, ast.Name) and inner.func.value.id in by_name):
+                return None
+            entries += list(by_name[inner.func.value.id].items())
+            continue
+        try:
+            entries.append(ast.literal_eval(element))
+        except ValueError:
+            return None
+    return entries
 
 
 def mapping_labels() -> list[str]:

@@ -77,3 +77,14 @@ def test_unlisted_class_can_be_named(records):
     rec = catalog.record("CLIPVisionModelWithProjection")
     assert rec.model_type == "clip_vision_model"
     assert rec.mappings == ()
+
+
+def test_the_mapping_dicts_read_from_source_equal_the_imported_ones():
+    """Selection reads the auto mappings from modeling_auto.py's literals (no transformers import); they must be
+    the dicts the module defines."""
+    import importlib
+
+    module = importlib.import_module(catalog.MAPPING_MODULE)
+    names = [n for n in dir(module) if n.startswith("MODEL_") and n.endswith("_MAPPING_NAMES")]
+    imported = {catalog.mapping_label(n): dict(getattr(module, n)) for n in names}
+    assert catalog._literal_mapping_dicts() == imported
