@@ -4,12 +4,16 @@
 
 The runner, by concern:
 
-- ``plugin``: pytest options, collection of one case per (class, backend, shapes), reporting hooks; ``test_export``
-  the module it collects. ``selection`` (``--models``), ``shard`` (``--shard``), ``skiplist`` (known failures).
+- ``plugin`` (a package, one module per pytest phase: ``options``, ``collection``, ``running``, ``reporting``): the
+  sweep as pytest cases, one per (class, backend, shapes); ``test_export`` the module it collects. ``selection``
+  (``--models``), ``shard`` (``--shard``, balanced by recorded durations), ``skiplist`` (known failures),
+  ``packaged`` (the skiplists and baseline a checkout or a wheel holds).
 - ``case``: one case's stages (build, eager, export, save, load, run, compare) as a plain row dict;
-  ``isolation``: each case in a child forked from a warmed forkserver (``warmup``, ``warm_env``).
-- ``results``: the row file, appended safely by many processes; ``fingerprint`` and ``reuse``: ``--reuse-from``;
-  ``categories``: an error's cause as a short phrase.
+  ``isolation``: each case in a child forked from a warmed forkserver (``warmup``, ``warm_env``);
+  ``shared_build``: one build per class when several backends run.
+- ``results``: the row file, appended safely by many processes; ``runs``: what each run selected (its record, which
+  the gate reads); ``fingerprint``, ``shared_tables`` and ``reuse``: ``--reuse-from``; ``categories``: an error's
+  cause as a short phrase.
 - ``matrix`` and ``html``: matrices from rows; ``diff``: two sweeps compared (``export-sweep compare``);
   ``drift``: the sweep in a second environment; ``cli``: the ``export-sweep`` command.
 """

@@ -21,6 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 _REQ = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(\[[^\]]*\])?\s*(.*)$")
 _OVERRIDE = re.compile(r"^([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.+!\-]+)$")
+_SOURCE_TREE = re.compile(r"^([A-Za-z0-9_.\-]+)@(.+)$")
 
 
 class DriftError(Exception):
@@ -32,18 +33,28 @@ def _norm(name: str) -> str:
 
 
 def parse_overrides(specs: list[str]) -> dict[str, str]:
-    """``["torch==2.14.1", ...]`` -> ``{"torch": "2.14.1"}``; only exact pins of packages we pin are allowed."""
+    """``["torch==2.14.1", "transformers@../transformers"]`` -> ``{"torch": "2.14.1", "transformers": "-e <abs path>"}``:
+    exact pins, or a source tree installed editable (a library's own checkout), of packages we pin."""
     from engine.versions import pinned_versions
 
     pins = {_norm(n): n for n in pinned_versions()}
     out: dict[str, str] = {}
     for spec in specs:
         m = _OVERRIDE.match(spec.strip())
-        if not m:
-            raise DriftError(f"{spec!r}: expected PACKAGE==VERSION (an exact version, e.g. torch==2.14.1)")
-        if _norm(m.group(1)) not in pins:
-            raise DriftError(f"{m.group(1)!r} is not pinned in pyproject.toml; pinned: {', '.join(sorted(pins.values()))}")
-        out[pins[_norm(m.group(1))]] = m.group(2)
+        tree = _SOURCE_TREE.match(spec.strip())
+        if not m and not tree:
+            raise DriftError(f"{spec!r}: expected PACKAGE==VERSION (an exact version, e.g. torch==2.14.1) or "
+                             "PACKAGE@PATH (a source tree to install editable, e.g. transformers@../transformers)")
+        name = (m or tree).group(1)
+        if _norm(name) not in pins:
+            raise DriftError(f"{name!r} is not pinned in pyproject.toml; pinned: {', '.join(sorted(pins.values()))}")
+        if tree:
+            path = Path(tree.group(2)).expanduser().resolve()
+            if not ((path / "pyproject.toml").is_file() or (path / "setup.py").is_file()):
+                raise DriftError(f"{spec!r}: {path} is not a source tree (no pyproject.toml or setup.py)")
+            out[pins[_norm(name)]] = f"-e {path}"
+        else:
+            out[pins[_norm(name)]] = m.group(2)
     return out
 
 
@@ -71,7 +82,10 @@ def requirements(overrides: dict[str, str], extra: str = "test") -> list[str]:
     for req in reqs:
         m = _REQ.match(req)
         name = _norm(m.group(1)) if m else ""
-        out.append(f"{m.group(1)}=={wanted[name]}" if name in wanted else req)
+        if name in wanted:
+            out.append(wanted[name] if wanted[name].startswith("-e ") else f"{m.group(1)}=={wanted[name]}")
+        else:
+            out.append(req)
     return out
 
 

@@ -103,6 +103,8 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
         progress.last = now
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
+            if config.pluginmanager.has_plugin("dsession"):  # xdist's progress dots: pytest does not track that line
+                reporter.write("\n")
             reporter.write_line(progress.line(now))
     return None
 

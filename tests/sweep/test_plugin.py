@@ -430,3 +430,9 @@ def test_the_progress_total_is_the_cases_this_run_selects(sweep, pytester):
                 "status": "pass", "started": 1.0})
     assert total("--resume") == 3
     assert total("--resume", "--shard=1/2") + total("--resume", "--shard=2/2") == 3
+
+
+def test_progress_is_said_after_the_first_case_under_xdist(sweep, pytester):
+    result = sweep("--models=GoodModel,OtherGoodModel", "--backend=eager", "-n", "2")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["export-sweep: 2 cases to run (2 classes)", "export-sweep: 1 of 2 cases (50%), *"])
