@@ -5,7 +5,8 @@ mappings (``CONFIG_MAPPING_NAMES = OrderedDict([("llama", "LlamaConfig"), ...])`
 ``__init__`` files (``if TYPE_CHECKING: from .llama import *``). Hashed as bytes, a new model's lines in them change
 every class's fingerprint. Hashed here instead:
 
-- the bodies of ``if TYPE_CHECKING:`` never run, and are left out;
+- the bodies of ``if TYPE_CHECKING:`` never run, and are left out, as is the package's ``__version__`` string (the
+  versions part counts it through the ranges our code tests);
 - a *registry table* (a module-level literal of string entries, most of which name a model: a model type, a model
   package or a class transformers exports) counts for a class by the entries naming the class's own names only
   (:func:`own_names`); an edit to another model's entry does not reach it, an edit to its own does;
@@ -63,6 +64,13 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+def _is_version_string(statement: ast.stmt) -> bool:
+    """``__version__ = "5.25.0.dev0"``: a package's version string, which a dev tree bumps in its ``__init__``."""
+    return (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name) and statement.targets[0].id == "__version__"
+            and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str))
+
+
 @functools.cache
 def known_names(search_path: Path) -> frozenset[str]:
     """Every model type, model package and class name the installed transformers registers."""
@@ -88,6 +96,10 @@ def split_file(path: Path, search_path: Path) -> tuple[str, tuple[tuple[frozense
     known = known_names(search_path)
     kept, entries, changed = [], [], False
     for statement in tree.body:
+        if _is_version_string(statement):  # counted through the version ranges our code tests (sweep.fingerprint)
+            kept.append(ast.Expr(ast.Constant("__version__")))
+            changed = True
+            continue
         if isinstance(statement, ast.If) and _is_type_checking(statement.test):
             kept.append(ast.If(test=statement.test, body=[ast.Pass()], orelse=statement.orelse))
             changed = True

@@ -288,6 +288,9 @@ def test_a_new_models_registry_entries_leave_other_classes_alone(registry):
     assert registry(REGISTRY.replace('"LlamaConfig"', '"LlamaCfg"'), llama) != before  # its own entry does
     assert registry(REGISTRY.replace("return NAMES[name]", "return NAMES.get(name)"), llama) != before  # code does
     assert registry(REGISTRY.replace('SMALL = ["llama", "bert"]', 'SMALL = ["bert"]'), llama) != before  # a constant
+    # a dev tree's version bump in the package __init__ (counted by the versions part, through the ranges we test)
+    versioned = registry(REGISTRY + '__version__ = "5.24.0"\n', llama)
+    assert registry(REGISTRY + '__version__ = "5.25.0.dev0"\n', llama) == versioned
 
 
 @given(st.lists(st.sampled_from(sorted(KNOWN - {"llama"})), min_size=8, max_size=20), st.sampled_from(sorted(KNOWN - {"llama"})))
