@@ -20,7 +20,10 @@ Every exporter's ``export()`` reads as the same six stages (a banner comment lab
    :func:`save_artifact` (:mod:`engine.artifacts`).
 
 Every workaround (patches, FX fixes, ONNX translations) lives in :mod:`engine.patches`, one module per scope.
-Runtimes (:mod:`engine.runtime`, ``runtime_onnx``, ``runtime_executorch``) read the artifacts; generation is
+Runtimes (:mod:`engine.runtime`, ``runtime_onnx``, ``runtime_executorch``) read the artifacts, each checking its
+inputs by one contract (:mod:`engine.input_checks`, the index inputs of :mod:`engine.index_inputs`) and naming what a
+runtime still refuses (:mod:`engine.runtime_errors`); ``.pt2`` files load in any process (:mod:`engine.program_io`
+records and registers their pytree classes); generation is
 :mod:`engine.decompose` (components) and :mod:`engine.generation` (the loop). Shared helpers one layer down:
 :mod:`engine.fake_mode`, :mod:`engine.pytree`, :mod:`engine.prepare`, :mod:`engine.signature`.
 """

@@ -16,8 +16,16 @@ BARE_OUTPUT = "output"
 INPUT_LEAVES_KEY, OUTPUT_LEAVES_KEY = "export_sweep.input_leaves", "export_sweep.output_leaves"
 #: ``metadata_props`` key holding the trace's guards on input sizes (:mod:`engine.shape_guards`), as JSON
 GUARDS_KEY = "export_sweep.shape_guards"
+#: ``metadata_props`` keys: the exported model's class name (what every error message starts with), the input
+#: specs (:func:`engine.input_checks.specs_to_json`) and the inputs used as indices (:mod:`engine.index_inputs`)
+MODEL_KEY, INPUTS_KEY, INDEX_INPUTS_KEY = "export_sweep.model", "export_sweep.inputs", "export_sweep.index_inputs"
 
 # ── ExecuTorch ──────────────────────────────────────────────────────────────────────────────────────────────
 #: name of the constant method that carries the program's metadata (a JSON string) inside the ``.pte``
 META_METHOD = "export_sweep_meta"
 META_FORMAT = "export-sweep/executorch/1"
+
+# ── torch.export (.pt2) ─────────────────────────────────────────────────────────────────────────────────────
+#: the extra file of a saved ``.pt2`` listing the pytree types (ModelOutput, Cache classes) its inputs and outputs
+#: use, as ``module.QualName`` strings: registered before the program is loaded (:mod:`engine.program_io`)
+PYTREE_TYPES_FILE = "export_sweep_pytree_types.json"

@@ -17,7 +17,23 @@ class ConfigError(ExportSweepError, ValueError):
 
 
 class InputError(ExportSweepError, ValueError):
-    """The sample inputs cannot be used: not a mapping, or a name the model's forward does not take."""
+    """The inputs cannot be used: not a mapping, a name the model or the artifact does not take, a value of the wrong
+    type, dtype, rank or size, an index out of range.
+
+    ``input`` names the input (its leaf name) when one is at fault and ``problem`` says what is wrong, one of
+    :data:`PROBLEMS`: every runner of :func:`engine.run_exported` raises the same ``(problem, input)`` and the same
+    message after the model's name for the same mistake, whatever the backend.
+    """
+
+    #: ``missing`` / ``unknown`` input names, a value that is not a ``type`` the runner takes (a tensor, or a list
+    #: or array it converts), a ``dtype`` of another kind, a ``rank``, a ``size`` outside the exported bounds or
+    #: breaking a constraint between dims, an ``index`` out of range, an ``empty`` dim the program fails on
+    PROBLEMS = ("missing", "unknown", "type", "dtype", "rank", "size", "index", "empty")
+
+    def __init__(self, message: str, *, input: str | None = None, problem: str | None = None):  # noqa: A002
+        super().__init__(message)
+        self.input = input
+        self.problem = problem
 
 
 class ModelError(ExportSweepError, TypeError):

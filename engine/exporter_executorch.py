@@ -33,6 +33,7 @@ from engine.dim_bounds import DimLimits, bound_dynamic_dims
 from engine.executorch_lowering import lower, trace_table
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches
 from engine.prepare import has_settable_experts, model_name, split_inputs
+from engine.index_inputs import find_index_inputs
 from engine.pte_metadata import drop_none_outputs, program_metadata, tensor_output_names, warn_specialised_by_lowering
 from engine.shape_guards import program_guards
 from engine.single_trace import single_trace_supported
@@ -144,6 +145,7 @@ class ExecutorchExporter(DynamoExporter):
         apply_fx_program_fixes("executorch", program)
         apply_fx_node_fixes("executorch", program.graph_module)
         before = program_metadata(program, traced_inputs, name, config.backend)
+        index_inputs = find_index_inputs(program)  # checked by the runner before the runtime sees their values
         dropped_none_outputs = drop_none_outputs(program)  # named from `before`: the lowering may reorder around them
 
         # no_grad: lowering passes re-run ops, and a program updating a cache in place (StaticCache) would trip
@@ -162,6 +164,7 @@ class ExecutorchExporter(DynamoExporter):
                 warn_specialised_by_lowering(name, before, meta)  # a dim lowering specialised shows as static
                 if guards["guards"]:
                     meta["guards"] = guards
+                meta["index_inputs"] = index_inputs
                 edge._config_methods[META_METHOD] = json.dumps(meta)
 
                 # ── Stage 6: Write: the ExecuTorch program (ExecutorchExporter.save writes the .pte) ─

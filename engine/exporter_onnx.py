@@ -25,7 +25,9 @@ from typing import Any
 import torch
 
 import engine.patches.torch_export  # noqa: F401  (registers the fixes shared with ExecuTorch)
-from engine.artifact_meta import GUARDS_KEY
+from engine.artifact_meta import GUARDS_KEY, INDEX_INPUTS_KEY, INPUTS_KEY, MODEL_KEY
+from engine.index_inputs import find_index_inputs
+from engine.input_checks import exported_program_specs, specs_to_json
 from engine.configs import OnnxConfig
 from engine.errors import ConfigError, ExportStageError, require
 from engine.exporter_dynamo import DynamoExporter, stack_traces_as_configured
@@ -128,11 +130,18 @@ class OnnxExporter(DynamoExporter):
                     raise ExportStageError("optimize", name, e) from e
             timings["optimize"], clock = _lap(clock)
 
-        # ── Stage 5: Describe: graph I/O named after the leaves; leaf names and guards as metadata ──
+        # ── Stage 5: Describe: graph I/O named after the leaves; leaf names, input specs, index inputs and guards
+        #    as metadata (the runner checks inputs as every runner does) ─────────────────────────────────────
         try:
             name_graph_io(onnx_program.model, input_names, output_names)
+            props = onnx_program.model.metadata_props
+            props[MODEL_KEY] = name
+            specs = exported_program_specs(program)
+            if specs is not None:
+                props[INPUTS_KEY] = json.dumps(specs_to_json(specs))
+                props[INDEX_INPUTS_KEY] = json.dumps(find_index_inputs(program))
             if guards["guards"]:
-                onnx_program.model.metadata_props[GUARDS_KEY] = json.dumps(guards)
+                props[GUARDS_KEY] = json.dumps(guards)
         except ValueError as e:
             raise ExportStageError("onnx-export", name, e) from e
 

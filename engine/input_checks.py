@@ -65,21 +65,21 @@ def bounds_spec(bounds: Sequence[Sequence[int]]) -> tuple[DimSpec, ...]:
     return tuple(DimSpec(int(lo), None if hi is None or hi < 0 else int(hi)) for lo, hi in bounds)
 
 
-def check_leaves(label: str, kind: str, specs: Sequence[LeafSpec], given: Mapping[str, torch.Tensor],
+def check_leaves(label: str, specs: Sequence[LeafSpec], given: Mapping[str, torch.Tensor],
                  constraints: Sequence[Any] = ()) -> dict[str, torch.Tensor]:
     """``{name: tensor}`` in ``specs`` order, each tensor cast to its spec's dtype where it differs within a kind;
-    :class:`InputError` on any mismatch. ``label`` (the model name) prefixes every message; ``kind`` says what takes
-    the inputs (``"ExecuTorch program"``). ``constraints``: sympy relations over the dims' symbols that must hold
-    (a program's runtime asserts on its input sizes)."""
+    :class:`InputError` on any mismatch, worded the same for every backend. ``label`` (the model name) prefixes every
+    message. ``constraints``: sympy relations over the dims' symbols that must hold (a program's runtime asserts on
+    its input sizes)."""
     expected = [s.name for s in specs]
     missing = [n for n in expected if n not in given]
     extra = [n for n in given if n not in set(expected)]
     if missing or extra:
         raise InputError(
-            f"{label}: the {kind} takes inputs {', '.join(expected) or '(none)'}"
+            f"{label}: the program takes inputs {', '.join(expected) or '(none)'}"
             + (f"; missing: {', '.join(missing)}" if missing else "")
-            + (f"; not taken: {', '.join(extra)}" if extra else "")
-        )
+            + (f"; not taken: {', '.join(extra)}" if extra else ""),
+            input=(missing or extra)[0], problem="missing" if missing else "unknown")
     ties = _Ties(label)
     out: dict[str, torch.Tensor] = {}
     for spec in specs:
@@ -87,13 +87,15 @@ def check_leaves(label: str, kind: str, specs: Sequence[LeafSpec], given: Mappin
         if tensor.ndim != len(spec.dims):
             raise InputError(
                 f"{label}: input {spec.name} has {tensor.ndim} dims, the program takes {len(spec.dims)} "
-                f"(shape {tuple(tensor.shape)}; the program takes {spec.describe_shape()})"
-            )
+                f"(shape {tuple(tensor.shape)}; the program takes {spec.describe_shape()})",
+                input=spec.name, problem="rank")
         for d, (size, dim) in enumerate(zip(tensor.shape, spec.dims)):
             ties.check(spec, tensor, d, int(size), dim)
         if tensor.dtype != spec.dtype:
             if tensor.is_floating_point() != spec.dtype.is_floating_point:
-                raise InputError(f"{label}: input {spec.name} is {tensor.dtype}, the program takes {spec.dtype}")
+                raise InputError(f"{label}: input {spec.name} is {tensor.dtype}, the program takes {spec.dtype} (a tensor "
+                                 f"of the same kind, {'floating point' if spec.dtype.is_floating_point else 'integer or bool'}, "
+                                 "is cast to it)", input=spec.name, problem="dtype")
             tensor = tensor.to(spec.dtype)
         out[spec.name] = tensor
     ties.check_deferred()
@@ -110,8 +112,7 @@ def _out_of_bounds(label: str, spec: LeafSpec, tensor: torch.Tensor, d: int, siz
         hint = "export with dynamic_shapes Dim(min=, max=) covering it"
     return InputError(
         f"{label}: input {spec.name} dim {d} is {size}, outside the exported bounds: it must be {allowed} "
-        f"(shape {tuple(tensor.shape)}); {hint}"
-    )
+        f"(shape {tuple(tensor.shape)}); {hint}", input=spec.name, problem="size")
 
 
 def _in_bounds(size: int, lo: int, hi: int | None) -> bool:
@@ -145,7 +146,7 @@ class _Ties:
 
     def _unequal(self, spec: LeafSpec, tensor: torch.Tensor, d: int, size: int, equal_to: str, value: int) -> InputError:
         return InputError(f"{self.label}: input {spec.name} dim {d} is {size}, but the program has it equal to "
-                          f"{equal_to}: it must be {value} (shape {tuple(tensor.shape)})")
+                          f"{equal_to}: it must be {value} (shape {tuple(tensor.shape)})", input=spec.name, problem="size")
 
     def check_deferred(self) -> None:
         for spec, tensor, d, size, dim in self.deferred:
@@ -168,8 +169,8 @@ class _Ties:
                 if solved is None or not (solved[1].is_number and solved[1].is_integer):
                     raise InputError(
                         f"{self.label}: input {spec.name} dim {d} is {size}, which the program cannot take: it must be of the "
-                        f"form {self._in_names(expr)} for an integer {unbound[0]} (shape {tuple(tensor.shape)})"
-                    )
+                        f"form {self._in_names(expr)} for an integer {unbound[0]} (shape {tuple(tensor.shape)})",
+                        input=spec.name, problem="size")
                 self.values[unbound[0]] = (int(solved[1]), f"{spec.name} dim {d}")
             else:
                 value = None
@@ -197,8 +198,7 @@ class _Ties:
         if holds is sympy.false:
             raise InputError(
                 f"{self.label}: the inputs break the program's constraint {self._in_names(relation)}: "
-                f"{self._in_names(relation, sizes=True)} is false"
-            )
+                f"{self._in_names(relation, sizes=True)} is false", problem="size")
 
     def _in_names(self, expr: Any, sizes: bool = False) -> str:
         """``expr`` with each symbol written as the input dim that gave it (``input_ids dim 1 + past_key_values.0.keys dim 2``)."""
@@ -212,6 +212,66 @@ class _Ties:
             return re.sub(r"\b[A-Za-z_]\w*\b", lambda m: where.get(m.group(), m.group()), str(e))
 
         return text(expr)
+
+
+# ── Values: what a runner takes as an input ─────────────────────────────────────────────────────────────────
+
+def as_tensor_inputs(label: str, inputs: Mapping[str, Any], takes: Sequence[LeafSpec] | None = None) -> dict[str, Any]:
+    """``inputs`` with each list, tuple of numbers or numpy array converted to a tensor (as ``torch.tensor`` does:
+    int64 for integers, float32 for floats). A string for an input the program takes as a tensor (``takes``) is an
+    :class:`InputError` naming it; a string for another name is a constant, bound at export, and left out. Tensors,
+    caches, ``ModelOutput``/dict containers and ``None`` pass as they are."""
+    tensor_inputs = {spec.name.split(".")[0] for spec in takes or ()}
+    out = {}
+    for name, value in inputs.items():
+        if isinstance(value, (str, bytes)):
+            if name not in tensor_inputs:
+                continue
+            raise InputError(f"{label}: input {name} is a {type(value).__name__}; give a tensor (a list of numbers or "
+                             "a numpy array is converted)", input=name, problem="type")
+        if _is_numbers(value) or type(value).__module__ == "numpy":
+            try:
+                value = torch.as_tensor(value, dtype=torch.float32 if _has_float(value) else None)
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise InputError(f"{label}: input {name} cannot be made a tensor ({e}); give a tensor",
+                                 input=name, problem="type") from None
+        out[name] = value
+    return out
+
+
+def _is_numbers(value: Any) -> bool:
+    """A non-empty (nested) list or tuple of Python numbers."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return False
+    return all(_is_numbers(v) if isinstance(v, (list, tuple)) else isinstance(v, (int, float, bool)) for v in value)
+
+
+def _has_float(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_has_float(v) for v in value)
+    return isinstance(value, float)
+
+
+def specs_to_json(specs: Sequence[LeafSpec]) -> list[dict]:
+    """Specs as JSON (an artifact's metadata): name, dtype, per-dim ``[min, max]`` (max -1: unbounded) and the
+    symbol a dim shares with others (``None``: its own)."""
+    return [{"name": s.name, "dtype": str(s.dtype).removeprefix("torch."),
+             "bounds": [[d.lo, -1 if d.hi is None else d.hi] for d in s.dims],
+             "symbols": [str(d.expr) if d.expr is not None and d.expr.is_symbol else None for d in s.dims]}
+            for s in specs]
+
+
+def specs_from_json(data: Sequence[Mapping]) -> list[LeafSpec]:
+    """The inverse of :func:`specs_to_json`; a dim's symbol ties it to the dims sharing it."""
+    import sympy
+
+    specs = []
+    for item in data:
+        symbols = item.get("symbols") or [None] * len(item["bounds"])
+        dims = tuple(DimSpec(d.lo, d.hi, sympy.Symbol(sym, integer=True) if sym else None)
+                     for d, sym in zip(bounds_spec(item["bounds"]), symbols))
+        specs.append(LeafSpec(item["name"], getattr(torch, item["dtype"]), dims))
+    return specs
 
 
 # ── torch.export.ExportedProgram ───────────────────────────────────────────────────────────────────────

@@ -254,19 +254,28 @@ def register_pytree_nodes(*objects: Any) -> list[type]:
             new.append(cls)
     for obj in objects:
         for value in _walk_objects(obj):
-            cls = type(value)
-            if isinstance(value, ModelOutput) and cls not in pytree.SUPPORTED_NODES:
-                pytree.register_pytree_node(
-                    cls,
-                    lambda o: (list(o.values()), list(o.keys())),
-                    lambda values, keys, cls=cls: cls(**dict(zip(keys, values))),
-                    serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
-                    flatten_with_keys_fn=pytree._dict_flatten_with_keys,
-                )
-                new.append(cls)
-            elif is_cache_object(value) and register_pytree_node_for(cls):
-                new.append(cls)
+            if (isinstance(value, ModelOutput) or is_cache_object(value)) and register_type(type(value)):
+                new.append(type(value))
     return new
+
+
+def register_type(cls: type) -> bool:
+    """Register a ``ModelOutput`` subclass or a cache class with torch pytree (what a ``.pt2`` names when it is
+    loaded in a new process); False if it already was, or is neither."""
+    if cls in pytree.SUPPORTED_NODES:
+        return False
+    if isinstance(cls, type) and issubclass(cls, ModelOutput):
+        pytree.register_pytree_node(
+            cls,
+            lambda o: (list(o.values()), list(o.keys())),
+            lambda values, keys, cls=cls: cls(**dict(zip(keys, values))),
+            serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
+            flatten_with_keys_fn=pytree._dict_flatten_with_keys,
+        )
+        return True
+    if isinstance(cls, type) and (issubclass(cls, _CACHE_BASES) or is_standalone_cache_class(cls)):
+        return register_pytree_node_for(cls)
+    return False
 
 
 def in_field_order(obj: Any) -> Any:

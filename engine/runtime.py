@@ -4,9 +4,12 @@ Each runtime registers a runner: a predicate telling whether it handles an artif
 ``run(artifact, inputs) -> dict[str, Tensor]``. Backend runners live beside their exporter and are
 imported lazily, only when an artifact of theirs shows up.
 
-Every runner checks the inputs before its runtime sees them and raises :class:`engine.InputError` naming what is
-wrong and what is allowed (:mod:`engine.input_checks`): unknown or missing leaves, a wrong rank or dtype, a dim
-outside the exported bounds. For an ``ExportedProgram`` the bounds are its ``range_constraints`` over the symbols of
+Every runner checks the inputs before its runtime sees them, by the same rules and in the same words, and raises
+:class:`engine.InputError` naming what is wrong and what is allowed (:mod:`engine.input_checks`): unknown or missing
+leaves, a value that is not a tensor (a list or array is converted), a wrong rank or dtype, a dim outside the
+exported bounds, an index value out of its table's range (:mod:`engine.index_inputs`). What a runtime still refuses
+is an :class:`engine.ExportStageError` in words that name its cause (:mod:`engine.runtime_errors`). For an
+``ExportedProgram`` the bounds are its ``range_constraints`` over the symbols of
 its input placeholders; whatever torch's own input checks still reject (a guard relating several dims) is converted
 to an ``InputError`` too, never left as torch's ``AssertionError("Guard failed: ...")``.
 """
@@ -21,8 +24,11 @@ from typing import Any
 
 import torch
 
-from engine.errors import InputError
-from engine.input_checks import LeafSpec, check_leaves, exported_program_constraints, exported_program_specs, program_label
+from engine.errors import ExportStageError, InputError
+from engine.index_inputs import check_index_values, find_index_inputs
+from engine.input_checks import (LeafSpec, as_tensor_inputs, check_leaves, exported_program_constraints,
+                                 exported_program_specs, program_label)
+from engine.runtime_errors import empty_input_error
 from engine.prepare import split_inputs
 from engine.pytree import fill_leaves, get_leaf_tensors, register_pytree_nodes
 from engine.stacked_rows import expand_stacked_rows
@@ -68,7 +74,9 @@ def _run_exported_program(program: torch.export.ExportedProgram, inputs: dict[st
     register_pytree_nodes(inputs)
     label = program_label(program)
     specs = exported_program_specs(program)
+    inputs = as_tensor_inputs(label, inputs, specs)
     inputs = check_exported_program_inputs(program, inputs, label, specs)
+    check_index_values(label, find_index_inputs(program), get_leaf_tensors(inputs))
     module = program.module()
     with torch.no_grad():
         try:
@@ -76,7 +84,10 @@ def _run_exported_program(program: torch.export.ExportedProgram, inputs: dict[st
         except Exception as e:
             legend = _input_symbols(specs)
             if not _is_input_check_failure(e, legend):
-                raise
+                empty = empty_input_error(label, get_leaf_tensors(inputs), f"{type(e).__name__}: {_first_line(e)}")
+                if empty is not None:
+                    raise empty from e
+                raise ExportStageError("run", label, e) from e
             # torch's own input checks (its guards, the input tree, its runtime asserts on input sizes) on what the
             # checks above do not model
             first_line = _leaf_paths((str(e).strip().splitlines() or [""])[0])
@@ -87,7 +98,7 @@ def _run_exported_program(program: torch.export.ExportedProgram, inputs: dict[st
             if used:
                 first_line += " (" + ", ".join(f"{name}: {where}" for name, where in used.items()) + ")"
             raise InputError(f"{label}: the exported program rejects the inputs: {first_line}; given shapes: "
-                             f"{_shapes(inputs)}") from e
+                             f"{_shapes(inputs)}", problem="size") from e
     return get_leaf_tensors(outputs)
 
 
@@ -100,7 +111,7 @@ def check_exported_program_inputs(program: torch.export.ExportedProgram, inputs:
     if specs is None:  # a program whose inputs cannot be named: torch's own checks apply (converted when they fail)
         return inputs
     given = get_leaf_tensors(inputs)
-    checked = check_leaves(label, "exported program", specs, given,
+    checked = check_leaves(label, specs, given,
                            constraints=exported_program_constraints(program))
     if all(checked[name] is given[name] for name in checked):
         return inputs
@@ -150,6 +161,10 @@ def _leaf_paths(text: str) -> str:
     return re.sub(r"\[['\"]([^'\"]+)['\"]\]", r".\1", text)
 
 
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [""])[0]
+
+
 def _shapes(inputs: dict[str, Any]) -> str:
     return ", ".join(f"{name} {tuple(t.shape)}" for name, t in get_leaf_tensors(inputs).items()) or "(none)"
 
@@ -160,8 +175,11 @@ def run_exported(artifact: Any, inputs: Mapping[str, Any]) -> dict[str, torch.Te
     are ignored as they were at export. Returns ``{leaf name: tensor}`` like ``get_leaf_tensors(eager_outputs)``.
     Inputs the artifact cannot take raise :class:`InputError`."""
     if not isinstance(inputs, Mapping):
-        raise InputError(f"inputs must be a mapping of input names to values, got {type(inputs).__name__}")
+        raise InputError(f"inputs must be a mapping of input names to values, got {type(inputs).__name__}",
+                         problem="type")
     traced, _ = split_inputs(inputs)
+    # a string stays, for the runner to refuse where the program takes a tensor (a constant flag elsewhere)
+    traced.update({name: value for name, value in inputs.items() if isinstance(value, (str, bytes)) and name not in traced})
     for module, handles in _LAZY_RUNNERS:
         if handles(artifact):
             importlib.import_module(module)

@@ -18,9 +18,11 @@ import torch
 from engine import shape_guards
 from engine.artifact_meta import META_METHOD
 from engine.errors import ExportStageError, InputError, require
-from engine.input_checks import LeafSpec, bounds_spec, check_leaves
+from engine.index_inputs import check_index_values
+from engine.input_checks import LeafSpec, as_tensor_inputs, bounds_spec, check_leaves
 from engine.pytree import get_leaf_tensors
 from engine.runtime import is_executorch_artifact, register_runner
+from engine.runtime_errors import empty_input_error, executorch_message, shapes
 
 
 def load_program(artifact: Any):
@@ -52,15 +54,25 @@ def load_program(artifact: Any):
 
 def check_inputs(meta: dict, inputs: dict[str, Any]) -> list[torch.Tensor]:
     """The method inputs in the program's order (tensors cast to its dtypes, constant leaves as traced);
-    :class:`InputError` on any mismatch (the checks of :func:`engine.input_checks.check_leaves`)."""
+    :class:`InputError` on any mismatch (the checks every runner makes: :func:`engine.input_checks.check_leaves`,
+    :func:`engine.index_inputs.check_index_values`)."""
+    label = meta.get("model", "program")
     specs = [LeafSpec(spec["name"], getattr(torch, spec["dtype"]), bounds_spec(spec["bounds"])) for spec in meta["inputs"]]
-    checked = check_leaves(meta.get("model", "program"), "ExecuTorch program", specs, get_leaf_tensors(inputs))
+    checked = check_leaves(label, specs, get_leaf_tensors(as_tensor_inputs(label, inputs, specs)))
+    check_index_values(label, meta.get("index_inputs", {}), checked)
     # sizes that break a trace guard would reach kernels planned for others (error 0x12, or a native crash)
-    shape_guards.check(meta.get("model", "program"), meta.get("guards"), checked)
-    flat = [tensor.detach().cpu().contiguous() for tensor in checked.values()]
+    shape_guards.check(label, meta.get("guards"), checked)
+    flat = [_runtime_tensor(tensor) for tensor in checked.values()]
     for position, value in meta.get("constant_inputs", ()):  # None leaves the trace kept as method inputs
         flat.insert(position, value)
     return flat
+
+
+def _runtime_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous CPU tensor; an empty one made anew, with the strides of its shape (a slice keeps its base's, which
+    the runtime's ``make_tensor_ptr`` asserts on and aborts the process)."""
+    tensor = tensor.detach().cpu()
+    return torch.empty(tensor.shape, dtype=tensor.dtype) if tensor.numel() == 0 else tensor.contiguous()
 
 
 def missing_kernels(artifact: Any) -> list[str]:
@@ -90,13 +102,18 @@ def run_executorch(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Ten
     except Exception as e:
         missing = missing_kernels(artifact)
         if missing:
-            e = RuntimeError(f"the ExecuTorch runtime has no kernel for {', '.join(missing)}, which the program calls "
-                             f"outside its delegates ({str(e).strip()})")
-        raise ExportStageError("run", model, e) from e
+            raise ExportStageError("run", model, RuntimeError(
+                f"the ExecuTorch runtime has no kernel for {', '.join(missing)}, which the program calls outside its "
+                f"delegates ({executorch_message(e)})")) from e
+        raise ExportStageError("run", model, RuntimeError(executorch_message(e))) from e
     try:
         outputs = method.execute(flat)
     except Exception as e:
-        raise ExportStageError("run", model, e) from e
+        message = executorch_message(e)
+        empty = empty_input_error(model, get_leaf_tensors(inputs), message)
+        if empty is not None:
+            raise empty from e
+        raise ExportStageError("run", model, RuntimeError(f"{message}; inputs {shapes(get_leaf_tensors(inputs))}")) from e
     names = meta["outputs"]
     outputs = list(outputs)[meta.get("mutated_inputs", 0):]  # the updated inputs precede the outputs
     if len(outputs) != len(names):

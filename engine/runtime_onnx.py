@@ -1,7 +1,7 @@
 """onnxruntime runner for :func:`engine.run_exported`: an ``ONNXProgram`` or a saved ``.onnx`` file, on CPU.
 
 Inputs are fed by leaf name: the inputs dict (caches included) is flattened with
-:func:`engine.pytree.iter_leaf_tensors`, and each graph input takes the leaf the exporter named it after.
+:func:`engine.pytree.get_leaf_tensors`, and each graph input takes the leaf the exporter named it after.
 Outputs come back keyed by the eager output leaf names (``logits``, ``past_key_values.0.keys``, ...). Both
 mappings are read from the leaf names the exporter records in the model's ``metadata_props``, so they hold for
 a saved file too.
@@ -18,11 +18,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.artifact_meta import GUARDS_KEY, INPUT_LEAVES_KEY, INPUT_PREFIX, OUTPUT_LEAVES_KEY
-from engine.errors import ExportStageError, InputError, require
 from engine import shape_guards
-from engine.pytree import iter_leaf_tensors
+from engine.artifact_meta import (GUARDS_KEY, INDEX_INPUTS_KEY, INPUT_LEAVES_KEY, INPUT_PREFIX, INPUTS_KEY, MODEL_KEY,
+                                  OUTPUT_LEAVES_KEY)
+from engine.errors import ExportStageError, InputError, require
+from engine.index_inputs import check_index_values
+from engine.input_checks import as_tensor_inputs, check_leaves, specs_from_json
+from engine.pytree import get_leaf_tensors
 from engine.runtime import is_onnx_artifact, register_runner
+from engine.runtime_errors import empty_input_error, onnxruntime_message
 
 EXTRA = "onnx"
 PROVIDERS = ["CPUExecutionProvider"]
@@ -65,7 +69,8 @@ def session_for(artifact: Any):
 def _to_numpy(name: str, tensor: torch.Tensor) -> np.ndarray:
     tensor = tensor.detach().cpu()
     if tensor.dtype == torch.bfloat16:
-        raise InputError(f"input '{name}' is bfloat16, which numpy (and so onnxruntime's Python feed) cannot hold")
+        raise InputError(f"input '{name}' is bfloat16, which numpy (and so onnxruntime's Python feed) cannot hold",
+                         input=name, problem="dtype")
     return tensor.contiguous().numpy()
 
 
@@ -82,11 +87,18 @@ def _recorded_leaves(session, key: str, count: int) -> list[str] | None:
 def run_onnx(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Run on onnxruntime (CPU); ``{output leaf name: tensor}``, in graph output order.
 
-    A model this engine exported records the leaf name of each graph input and output in its metadata;
-    for any other model the graph names are used as they are (``input.<leaf>`` still takes ``<leaf>``).
+    A model this engine exported records its name, its input specs (names, dtypes, bounds) and the inputs it
+    indexes with: the inputs are checked against them as every runner checks them. For any other model the graph
+    names are used as they are (``input.<leaf>`` still takes ``<leaf>``) and onnxruntime checks the rest.
     """
     session = session_for(artifact)
-    leaves = dict(iter_leaf_tensors(inputs))
+    recorded = session.get_modelmeta().custom_metadata_map
+    label = recorded.get(MODEL_KEY) or _artifact_name(artifact)
+    specs = specs_from_json(json.loads(recorded[INPUTS_KEY])) if INPUTS_KEY in recorded else None
+    leaves = get_leaf_tensors(as_tensor_inputs(label, inputs, specs))
+    if specs is not None:
+        leaves = check_leaves(label, specs, leaves)
+        check_index_values(label, json.loads(recorded.get(INDEX_INPUTS_KEY, "{}")), leaves)
     graph_inputs, graph_outputs = session.get_inputs(), session.get_outputs()
     input_leaves = _recorded_leaves(session, INPUT_LEAVES_KEY, len(graph_inputs)) or []
     feeds, missing = {}, []
@@ -104,17 +116,18 @@ def run_onnx(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     overridable = {i.name for i in session.get_overridable_initializers()}
     missing = [m for m in missing if m not in overridable]
     if missing:
-        raise InputError(
-            f"the ONNX model needs input(s) {', '.join(map(repr, missing))} that the inputs do not provide; "
-            f"given leaves: {', '.join(leaves) or '(none)'}"
-        )
-    recorded = session.get_modelmeta().custom_metadata_map.get(GUARDS_KEY)
-    if recorded:  # sizes that break a guard would reach kernels built for others (an invalid Expand, a wrong Reshape)
-        shape_guards.check(_artifact_name(artifact), json.loads(recorded), leaves)
+        raise InputError(f"{label}: the program takes inputs {', '.join(missing)}; missing: {', '.join(missing)}",
+                         input=missing[0], problem="missing")
+    if GUARDS_KEY in recorded:  # sizes that break a guard would reach kernels built for others
+        shape_guards.check(label, json.loads(recorded[GUARDS_KEY]), leaves)
     try:
         results = session.run(None, feeds)
     except Exception as e:
-        raise ExportStageError("run", _artifact_name(artifact), e) from e
+        message = onnxruntime_message(e, leaves)
+        empty = empty_input_error(label, leaves, message)
+        if empty is not None:
+            raise empty from e
+        raise ExportStageError("run", label, RuntimeError(message)) from e
     output_leaves = _recorded_leaves(session, OUTPUT_LEAVES_KEY, len(graph_outputs))
     if output_leaves is None or len(output_leaves) != len(graph_outputs):
         output_leaves = [o.name for o in graph_outputs]

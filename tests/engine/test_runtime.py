@@ -69,7 +69,7 @@ def test_dynamic_program_takes_sizes_0_and_1(model, auto):
 @pytest.mark.parametrize("program", ["bounded", "auto"])
 def test_unknown_input_is_named_with_the_accepted_ones(request, program):
     program = request.getfixturevalue(program)
-    with pytest.raises(InputError, match=r"_Tagger: the exported program takes inputs x, mask; not taken: maks$"):
+    with pytest.raises(InputError, match=r"_Tagger: the program takes inputs x, mask; not taken: maks$"):
         run_exported(program, _inputs() | {"maks": torch.ones(2, 5)})
 
 
@@ -238,13 +238,13 @@ def test_a_runtime_assert_on_input_dims_is_checked_before_the_graph_runs():
 def test_check_leaves_is_shared_with_the_executorch_messages():
     spec = LeafSpec("input_ids", torch.int64, (DimSpec(0, 8), DimSpec(0, 128)))
     with pytest.raises(InputError, match=r"^Bert: input input_ids dim 1 is 129, outside the exported bounds: it must be between 0 and 128 "):
-        check_leaves("Bert", "ExecuTorch program", [spec], {"input_ids": torch.zeros(2, 129, dtype=torch.long)})
-    with pytest.raises(InputError, match=r"^Bert: the ExecuTorch program takes inputs input_ids; missing: input_ids$"):
-        check_leaves("Bert", "ExecuTorch program", [spec], {})
+        check_leaves("Bert", [spec], {"input_ids": torch.zeros(2, 129, dtype=torch.long)})
+    with pytest.raises(InputError, match=r"^Bert: the program takes inputs input_ids; missing: input_ids$"):
+        check_leaves("Bert", [spec], {})
     unbounded = LeafSpec("x", torch.float32, (DimSpec(3, None),))
     with pytest.raises(InputError, match=r"x dim 0 is 2, outside the exported bounds: it must be at least 3"):
-        check_leaves("M", "exported program", [unbounded], {"x": torch.zeros(2)})
-    assert check_leaves("M", "exported program", [unbounded], {"x": torch.zeros(300)})["x"].shape == (300,)
+        check_leaves("M", [unbounded], {"x": torch.zeros(2)})
+    assert check_leaves("M", [unbounded], {"x": torch.zeros(300)})["x"].shape == (300,)
 
 
 def test_running_a_program_never_renders_it(model, bounded, monkeypatch):
