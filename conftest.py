@@ -25,6 +25,7 @@ SLOW_FIRST = (
     "tests/sweep/test_plugin.py::test_xdist_run_and_merged_shards_equal_a_serial_run",
     "tests/engine/test_exporter_executorch.py::test_dynamic_pte_matches_eager[[]*",
     "tests/engine/test_dim_bounds.py::test_real_limit_config_exports_and_runs_in_bounded_memory[[]*",
+    "tests/engine/test_runner_contract.py::*",
     "tests/sweep/test_wheel.py::*",
     "tests/sweep/test_plugin.py::*",
     "tests/sweep/test_results.py::test_resume*",
