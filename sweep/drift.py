@@ -58,8 +58,26 @@ def parse_overrides(specs: list[str]) -> dict[str, str]:
     return out
 
 
+def companion_pins(overrides: dict[str, str]) -> dict[str, str]:
+    """``overrides`` with the packages built for one torch release moved with torch: torchvision ``0.(m+15).p`` for
+    torch ``2.m.p`` (0.29.1 for 2.14.1), unless given. A torch whose companion the rule cannot tell (a source tree,
+    another major) needs it given: :class:`DriftError` says so."""
+    from engine.versions import pinned_versions
+
+    torch = overrides.get("torch")
+    if torch is None or "torchvision" in overrides or "torchvision" not in pinned_versions():
+        return overrides
+    found = re.fullmatch(r"2\.(\d+)\.(\d+)", torch.split("+", 1)[0])
+    if found is None:
+        raise DriftError(f"torch {torch}: torchvision is built for one torch release and moves with it, and its "
+                         "version for this torch is not known here; give it too, e.g. torchvision==0.30.0")
+    return {**overrides, "torchvision": f"0.{int(found.group(1)) + 15}.{found.group(2)}"}
+
+
 def requirements(overrides: dict[str, str], extra: str = "test") -> list[str]:
-    """The project's requirements with ``extra``'s (recursively through ``export-sweep[...]``), pins replaced."""
+    """The project's requirements with ``extra``'s (recursively through ``export-sweep[...]``), pins replaced
+    (torch's companions moved with it: :func:`companion_pins`)."""
+    overrides = companion_pins(overrides)
     import tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]

@@ -16,13 +16,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_requirements_replace_only_the_named_pins_and_keep_the_rest():
-    reqs = requirements(parse_overrides(["torch==9.9.9", "onnxruntime==8.8.8"]))
-    assert "torch==9.9.9" in reqs and "onnxruntime==8.8.8" in reqs
+    reqs = requirements(parse_overrides(["torch==9.9.9", "torchvision==9.9.8", "onnxruntime==8.8.8"]))
+    assert "torch==9.9.9" in reqs and "torchvision==9.9.8" in reqs and "onnxruntime==8.8.8" in reqs
     pins = pinned_versions()
     for name in ("transformers", "executorch", "onnx", "onnxscript", "torchao"):
         assert f"{name}=={pins[name]}" in reqs  # every other pin, extras included (export-sweep[onnx,executorch])
     assert not any(r.startswith("export-sweep") for r in reqs)
     assert any(r.startswith("pytest") for r in reqs)
+
+
+def test_torchvision_moves_with_torch_or_the_move_is_refused_by_name():
+    assert "torchvision==0.30.0" in requirements(parse_overrides(["torch==2.15.0"]))
+    assert "torchvision==0.29.1" in requirements(parse_overrides(["torch==2.14.1+cu128"]))
+    assert "torchvision==0.29.2" in requirements(parse_overrides(["torch==2.15.0", "torchvision==0.29.2"]))
+    with pytest.raises(DriftError, match="torchvision is built for one torch release and moves with it"):
+        requirements(parse_overrides(["torch==3.0.0"]))
 
 
 @pytest.mark.parametrize("spec, message", [
