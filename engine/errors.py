@@ -55,8 +55,12 @@ class ExportStageError(ExportSweepError, RuntimeError):
     def __init__(self, stage: str, model_name: str, cause: BaseException):
         self.stage = stage
         self.model_name = model_name
-        first_line = (str(cause).strip().splitlines() or [""])[0]
-        super().__init__(f"stage '{stage}' failed for {model_name}: {type(cause).__name__}: {first_line}")
+        super().__init__(f"stage '{stage}' failed for {model_name}: {type(cause).__name__}: {first_line(cause)}")
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message (a runtime's often runs to pages)."""
+    return (str(error).strip().splitlines() or [""])[0]
 
 
 def require(module: str, extra: str):

@@ -1,13 +1,9 @@
 """Inputs a program uses as indices, and the check that their values lie where eager takes them.
 
-Eager refuses a token id outside the embedding (``IndexError: index out of range in self``), and so do
-``index_select``, ``gather`` and ``one_hot`` for a value outside ``[0, size)``. Exported, the same mistake does not
-read the same: ONNX's ``Gather`` takes ``-1`` as the last row and returns an output (a conformance difference nobody
-is told of), ExecuTorch's kernel fails with error 0x12, torch's kernel raises its bare ``IndexError``. So the inputs
-that reach such an op are found in the exported graph (:func:`find_index_inputs`: the op's index argument, through
-views and casts, back to a user input) with the range its table allows, recorded in the ONNX and ExecuTorch
-artifacts' metadata, and checked by every runner before its runtime sees the values (:func:`check_index_values`):
-an :class:`~engine.errors.InputError` naming the input, the offending value and the valid range.
+Eager refuses an index outside ``[0, rows)`` of an ``embedding``, ``index_select``, ``gather`` or ``one_hot``;
+exported, ONNX's ``Gather`` wraps ``-1`` to the last row and ExecuTorch fails with error 0x12. So the user inputs
+reaching such an op (through views and casts) are found in the graph (:func:`find_index_inputs`), recorded in the
+ONNX and ExecuTorch metadata, and every runner checks their values (:func:`check_index_values`).
 """
 
 from __future__ import annotations

@@ -217,8 +217,8 @@ class _Ties:
 # ── Values: what a runner takes as an input ─────────────────────────────────────────────────────────────────
 
 def as_tensor_inputs(label: str, inputs: Mapping[str, Any], takes: Sequence[LeafSpec] | None = None) -> dict[str, Any]:
-    """``inputs`` with each list, tuple of numbers or numpy array converted to a tensor (as ``torch.tensor`` does:
-    int64 for integers, float32 for floats). A string for an input the program takes as a tensor (``takes``) is an
+    """``inputs`` with each list, tuple of numbers or numpy array converted to a tensor (``torch.as_tensor``: int64
+    for integers, the default float dtype for floats, an array's own dtype). A string for an input the program takes as a tensor (``takes``) is an
     :class:`InputError` naming it; a string for another name is a constant, bound at export, and left out. Tensors,
     caches, ``ModelOutput``/dict containers and ``None`` pass as they are."""
     tensor_inputs = {spec.name.split(".")[0] for spec in takes or ()}
@@ -231,7 +231,7 @@ def as_tensor_inputs(label: str, inputs: Mapping[str, Any], takes: Sequence[Leaf
                              "a numpy array is converted)", input=name, problem="type")
         if _is_numbers(value) or type(value).__module__ == "numpy":
             try:
-                value = torch.as_tensor(value, dtype=torch.float32 if _has_float(value) else None)
+                value = torch.as_tensor(value)
             except (TypeError, ValueError, RuntimeError) as e:
                 raise InputError(f"{label}: input {name} cannot be made a tensor ({e}); give a tensor",
                                  input=name, problem="type") from None
@@ -244,12 +244,6 @@ def _is_numbers(value: Any) -> bool:
     if not isinstance(value, (list, tuple)) or not value:
         return False
     return all(_is_numbers(v) if isinstance(v, (list, tuple)) else isinstance(v, (int, float, bool)) for v in value)
-
-
-def _has_float(value: Any) -> bool:
-    if isinstance(value, (list, tuple)):
-        return any(_has_float(v) for v in value)
-    return isinstance(value, float)
 
 
 def specs_to_json(specs: Sequence[LeafSpec]) -> list[dict]:

@@ -1,20 +1,17 @@
 """``save_program`` / ``load_program``: the ``.pt2`` round trip of an ``ExportedProgram``, in any process.
 
-A program whose inputs or outputs are ``ModelOutput`` or ``Cache`` objects can only be loaded where those classes
-are registered with torch's pytree (``torch.export.load`` fails with "... in pytree is not registered" in a process
-that imported only ``engine``). So the save records the classes the program's input and output trees use, and the
-load imports and registers them first (:data:`engine.artifact_meta.PYTREE_TYPES_FILE`); a file saved without the
-record gets the classes its serialized tree specs name.
-
-The patches that make the round trip fast (each distinct size expression printed and parsed once) are in
-:mod:`engine.patches.program_io`, active only inside these two functions.
+``torch.export.load`` needs the ``ModelOutput`` and ``Cache`` classes of the program's trees registered with
+pytree, which a process that imported only ``engine`` has not done. The save records them
+(:data:`engine.artifact_meta.PYTREE_TYPES_FILE`) and the load registers them first (for a plain
+``torch.export.save`` file, the classes its serialized tree specs name). The speed patches of the round trip are in
+:mod:`engine.patches.program_io`.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
+import pkgutil
 import re
 import zipfile
 
@@ -55,17 +52,10 @@ def register_type_named(name: str) -> bool:
     cache class); whether it is registered now."""
     from engine.pytree import register_type
 
-    module, _, qualname = name.rpartition(".")
-    value = None
-    while module:
-        try:
-            value = importlib.import_module(module)
-            break
-        except ImportError:
-            module, _, outer = module.rpartition(".")
-            qualname = f"{outer}.{qualname}"
-    for part in qualname.split(".") if value is not None else ():
-        value = getattr(value, part, None)
+    try:
+        value = pkgutil.resolve_name(name)
+    except (ImportError, AttributeError, ValueError):
+        return False
     if not isinstance(value, type):
         return False
     register_type(value)

@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 
-from engine.errors import ExportStageError, InputError
+from engine.errors import InputError, first_line
 from engine.index_inputs import check_index_values, find_index_inputs
 from engine.input_checks import (LeafSpec, as_tensor_inputs, check_leaves, exported_program_constraints,
                                  exported_program_specs, program_label)
-from engine.runtime_errors import empty_input_error
+from engine.runtime_errors import run_failure, shapes
 from engine.prepare import split_inputs
 from engine.pytree import fill_leaves, get_leaf_tensors, register_pytree_nodes
 from engine.stacked_rows import expand_stacked_rows
@@ -84,21 +84,18 @@ def _run_exported_program(program: torch.export.ExportedProgram, inputs: dict[st
         except Exception as e:
             legend = _input_symbols(specs)
             if not _is_input_check_failure(e, legend):
-                empty = empty_input_error(label, get_leaf_tensors(inputs), f"{type(e).__name__}: {_first_line(e)}")
-                if empty is not None:
-                    raise empty from e
-                raise ExportStageError("run", label, e) from e
+                raise run_failure(label, get_leaf_tensors(inputs), f"{type(e).__name__}: {first_line(e)}", e) from e
             # torch's own input checks (its guards, the input tree, its runtime asserts on input sizes) on what the
             # checks above do not model
-            first_line = _leaf_paths((str(e).strip().splitlines() or [""])[0])
-            if first_line.startswith("Trying to flatten user inputs"):  # the same leaf names in other containers
-                first_line = ("the inputs are not nested as the traced ones were (their containers differ: another "
-                              "cache class, a dict for a cache or a ModelOutput, ...)")
-            used = {name: where for name, where in legend.items() if re.search(rf"\b{name}\b", first_line)}
+            said = _leaf_paths(first_line(e))
+            if said.startswith("Trying to flatten user inputs"):  # the same leaf names in other containers
+                said = ("the inputs are not nested as the traced ones were (their containers differ: another "
+                        "cache class, a dict for a cache or a ModelOutput, ...)")
+            used = {name: where for name, where in legend.items() if re.search(rf"\b{name}\b", said)}
             if used:
-                first_line += " (" + ", ".join(f"{name}: {where}" for name, where in used.items()) + ")"
-            raise InputError(f"{label}: the exported program rejects the inputs: {first_line}; given shapes: "
-                             f"{_shapes(inputs)}", problem="size") from e
+                said += " (" + ", ".join(f"{name}: {where}" for name, where in used.items()) + ")"
+            raise InputError(f"{label}: the exported program rejects the inputs: {said}; given shapes: "
+                             f"{shapes(get_leaf_tensors(inputs))}", problem="size") from e
     return get_leaf_tensors(outputs)
 
 
@@ -159,14 +156,6 @@ def _leaf_paths(text: str) -> str:
     text = re.sub(r"\.layers\[(\d+)\]", r".\1", text)
     text = re.sub(r"\[(\d+)\]", r".\1", text)
     return re.sub(r"\[['\"]([^'\"]+)['\"]\]", r".\1", text)
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [""])[0]
-
-
-def _shapes(inputs: dict[str, Any]) -> str:
-    return ", ".join(f"{name} {tuple(t.shape)}" for name, t in get_leaf_tensors(inputs).items()) or "(none)"
 
 
 def run_exported(artifact: Any, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import torch
 
-from engine.errors import InputError
+from engine.errors import ExportStageError, InputError, first_line
 
 #: ExecuTorch's ``Error`` codes (runtime/core/error.h): name, and what usually causes it from the Python runner
 EXECUTORCH_ERRORS = {
@@ -45,7 +45,7 @@ _ORT_NODE = re.compile(r"running (\w+) node\. Name:'([^']*)'")
 
 def executorch_message(error: BaseException) -> str:
     """``InvalidArgument (0x12): <what usually causes it>; <the runtime's text>`` when the text holds a code."""
-    text = (str(error).strip().splitlines() or [""])[0]
+    text = first_line(error)
     found = _CODE.search(text)
     if found is None:
         return text
@@ -64,6 +64,13 @@ def onnxruntime_message(error: BaseException, inputs: Mapping[str, torch.Tensor]
 
 def shapes(inputs: Mapping[str, torch.Tensor]) -> str:
     return ", ".join(f"{name} {tuple(t.shape)}" for name, t in inputs.items() if isinstance(t, torch.Tensor)) or "(none)"
+
+
+def run_failure(label: str, inputs: Mapping[str, torch.Tensor], message: str,
+                cause: BaseException | None = None) -> InputError | ExportStageError:
+    """What to raise when a runtime failed with ``message`` on ``inputs``: an empty input named as the cause
+    (:func:`empty_input_error`), else the run stage's failure (``cause``, or ``message`` as a RuntimeError)."""
+    return empty_input_error(label, inputs, message) or ExportStageError("run", label, cause or RuntimeError(message))
 
 
 def empty_input_error(label: str, inputs: Mapping[str, torch.Tensor], raw: str) -> InputError | None:

@@ -19,10 +19,10 @@ from engine import shape_guards
 from engine.artifact_meta import META_METHOD
 from engine.errors import ExportStageError, InputError, require
 from engine.index_inputs import check_index_values
-from engine.input_checks import LeafSpec, as_tensor_inputs, bounds_spec, check_leaves
+from engine.input_checks import as_tensor_inputs, check_leaves, specs_from_json
 from engine.pytree import get_leaf_tensors
 from engine.runtime import is_executorch_artifact, register_runner
-from engine.runtime_errors import empty_input_error, executorch_message, shapes
+from engine.runtime_errors import executorch_message, run_failure, shapes
 
 
 def load_program(artifact: Any):
@@ -57,7 +57,7 @@ def check_inputs(meta: dict, inputs: dict[str, Any]) -> list[torch.Tensor]:
     :class:`InputError` on any mismatch (the checks every runner makes: :func:`engine.input_checks.check_leaves`,
     :func:`engine.index_inputs.check_index_values`)."""
     label = meta.get("model", "program")
-    specs = [LeafSpec(spec["name"], getattr(torch, spec["dtype"]), bounds_spec(spec["bounds"])) for spec in meta["inputs"]]
+    specs = specs_from_json(meta["inputs"])
     checked = check_leaves(label, specs, get_leaf_tensors(as_tensor_inputs(label, inputs, specs)))
     check_index_values(label, meta.get("index_inputs", {}), checked)
     # sizes that break a trace guard would reach kernels planned for others (error 0x12, or a native crash)
@@ -109,11 +109,8 @@ def run_executorch(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Ten
     try:
         outputs = method.execute(flat)
     except Exception as e:
-        message = executorch_message(e)
-        empty = empty_input_error(model, get_leaf_tensors(inputs), message)
-        if empty is not None:
-            raise empty from e
-        raise ExportStageError("run", model, RuntimeError(f"{message}; inputs {shapes(get_leaf_tensors(inputs))}")) from e
+        leaves = get_leaf_tensors(inputs)
+        raise run_failure(model, leaves, f"{executorch_message(e)}; inputs {shapes(leaves)}") from e
     names = meta["outputs"]
     outputs = list(outputs)[meta.get("mutated_inputs", 0):]  # the updated inputs precede the outputs
     if len(outputs) != len(names):

@@ -26,7 +26,7 @@ from engine.index_inputs import check_index_values
 from engine.input_checks import as_tensor_inputs, check_leaves, specs_from_json
 from engine.pytree import get_leaf_tensors
 from engine.runtime import is_onnx_artifact, register_runner
-from engine.runtime_errors import empty_input_error, onnxruntime_message
+from engine.runtime_errors import onnxruntime_message, run_failure
 
 EXTRA = "onnx"
 PROVIDERS = ["CPUExecutionProvider"]
@@ -123,11 +123,7 @@ def run_onnx(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     try:
         results = session.run(None, feeds)
     except Exception as e:
-        message = onnxruntime_message(e, leaves)
-        empty = empty_input_error(label, leaves, message)
-        if empty is not None:
-            raise empty from e
-        raise ExportStageError("run", label, RuntimeError(message)) from e
+        raise run_failure(label, leaves, onnxruntime_message(e, leaves)) from e
     output_leaves = _recorded_leaves(session, OUTPUT_LEAVES_KEY, len(graph_outputs))
     if output_leaves is None or len(output_leaves) != len(graph_outputs):
         output_leaves = [o.name for o in graph_outputs]

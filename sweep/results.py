@@ -146,8 +146,9 @@ class CorruptRow(ValueError):
         self.path, self.line = path, line
 
 
-def read_rows(path: Path, on_corrupt=None) -> Iterator[dict[str, Any]]:
-    """Rows of a row file; a corrupt line is passed to ``on_corrupt(CorruptRow)`` (default: raise) and skipped."""
+def read_rows(path: Path, on_corrupt=None, required: tuple[str, ...] = REQUIRED) -> Iterator[dict[str, Any]]:
+    """Rows of a row file (JSON objects holding ``required``; a run record file holds ``run``); a corrupt line is
+    passed to ``on_corrupt(CorruptRow)`` (default: raise) and skipped."""
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8", errors="replace") as f:
         for number, text in enumerate(f, 1):
@@ -157,9 +158,9 @@ def read_rows(path: Path, on_corrupt=None) -> Iterator[dict[str, Any]]:
                 row = loads_strict(text)
                 if not isinstance(row, dict):
                     raise ValueError("a row is a JSON object")
-                missing = [k for k in REQUIRED if k not in row]
+                missing = [k for k in required if k not in row]
                 if missing:
-                    raise ValueError(f"a row needs {', '.join(REQUIRED)}; this one lacks {', '.join(missing)}")
+                    raise ValueError(f"a row needs {', '.join(required)}; this one lacks {', '.join(missing)}")
             except ValueError as e:
                 problem = CorruptRow(path, number, f"corrupt row skipped: {e}")
                 if on_corrupt is None:

@@ -1,17 +1,13 @@
 """Run records: what each sweep run selected, written once per run beside its rows (``runs.jsonl``).
 
-A row says which run wrote it (``run``); the run's record says what that run set out to do: its ``--models``,
-backends, shapes, ``--generate``, ``--shard`` and the case ids it selected after every deselection (``-k``, ``-m``,
-``--lf``, case ids given as arguments). So a folder knows its own selection, and ``export-sweep compare`` gates on
-it instead of on a guess: a case a run selected and never wrote (its worker killed) is *missing*; a case of the old
-run outside every run's scope was *not run*; a case inside a *whole* scope (the catalog, unfiltered, every shard of
-it present) that the folder lacks is missing too (a class gone from the catalog). Records are appended like rows
-(one locked ``write``), so runs sharing a folder, resumed runs and merged shards each keep theirs.
+A row names its run; the run's record holds its ``--models``, backends, shapes, ``--generate``, ``--shard`` and the
+case ids it selected after ``-k``/``-m``/``--lf``/case-id arguments. ``export-sweep compare`` reads it: a case a run
+selected and never wrote is missing, and so is an old case inside a scope the runs covered whole (the catalog on a
+backend, every shard present); other old cases were not run.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterable
@@ -46,28 +42,12 @@ def append_run(rows_file: Path, run: dict[str, Any]) -> None:
 
 
 def read_runs(rows_file: Path, on_corrupt=None) -> list[dict[str, Any]]:
-    """The run records beside ``rows_file`` (none for a folder written before runs were recorded)."""
-    path = runs_path(rows_file)
-    if not path.is_file():
-        return []
-    out = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for number, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            try:
-                run = json.loads(text)
-                if not isinstance(run, dict) or "run" not in run:
-                    raise ValueError("a run record is a JSON object with 'run'")
-            except ValueError as e:
-                if on_corrupt is None:
-                    raise
-                from sweep.results import CorruptRow
+    """The run records beside ``rows_file`` (none for a folder written before runs were recorded), read as rows are
+    (:func:`sweep.results.read_rows`)."""
+    from sweep.results import read_rows
 
-                on_corrupt(CorruptRow(path, number, f"corrupt run record skipped: {e}"))
-                continue
-            out.append(run)
-    return out
+    path = runs_path(rows_file)
+    return list(read_rows(path, on_corrupt=on_corrupt, required=("run",))) if path.is_file() else []
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,9 @@
 """Shared registries hashed per class: a PR that registers a new model reruns that model's classes, not every class.
 
-transformers keeps every model's name in a few shared files that every class's import closure holds: the auto
-mappings (``CONFIG_MAPPING_NAMES = OrderedDict([("llama", "LlamaConfig"), ...])``) and the lazy package
-``__init__`` files (``if TYPE_CHECKING: from .llama import *``). Hashed as bytes, a new model's lines in them change
-every class's fingerprint. Hashed here instead:
-
-- the bodies of ``if TYPE_CHECKING:`` never run, and are left out, as is the package's ``__version__`` string (the
-  versions part counts it through the ranges our code tests);
-- a *registry table* (a module-level literal of string entries, most of which name a model: a model type, a model
-  package or a class transformers exports) counts for a class by the entries naming the class's own names only
-  (:func:`own_names`); an edit to another model's entry does not reach it, an edit to its own does;
-- everything else (code, other constants) is hashed as written, so a change to shared code a class runs still
-  reruns it.
+transformers lists every model in files every class's import closure holds: the auto mappings and the lazy
+package ``__init__`` files. Hashed here, for one class: ``if TYPE_CHECKING:`` bodies and ``__version__`` are left
+out; a *registry table* (a module-level literal of string entries, most naming a model) counts by the entries naming
+the class's own names (:func:`own_names`); all else is hashed as written.
 """
 
 from __future__ import annotations

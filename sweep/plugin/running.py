@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sweep.plugin.collection import case_of
 from sweep.plugin.options import SETTINGS, SweepSettings
 
 
@@ -39,7 +40,7 @@ def sweep_run(request: pytest.FixtureRequest):
         from sweep import reuse
         from sweep.fingerprint import fingerprint, fingerprint_parts
 
-        cid = request.node.nodeid.split("[")[-1].rstrip("]")
+        cid = case_of(request.node.nodeid)
         skipped = spec.get("skiplist") and not settings.run_skipped
         # what the result depends on besides the spec: --run-skipped only matters to a listed case
         parts = fingerprint_parts(spec, {"timeout": settings.timeout,
@@ -51,7 +52,7 @@ def sweep_run(request: pytest.FixtureRequest):
         else:
             rerun_reason = None
         if not skipped:  # the forkserver starts before the first case that runs (a skipped case never needs it)
-            warm_backends(_worth_warming(request.session, settings), catalog=needs_catalog)
+            warm_backends(_worth_warming(request.session, settings), catalog=needs_catalog)  # once: the first case
         started = time.time()
         if skipped:
             result = {"status": "skip", "skip_reason": f"skiplist: {spec['skiplist']}"}
@@ -98,17 +99,21 @@ def sweep_run(request: pytest.FixtureRequest):
 WARM_FROM_CASES = 2
 
 
+_WARMED = pytest.StashKey[tuple]()
+
+
 def _worth_warming(session: pytest.Session, settings: SweepSettings) -> tuple[str, ...]:
     """The backends this process can expect :data:`WARM_FROM_CASES` cases of: its share of the collected cases
     (under xdist every worker collects them all and runs about 1/n of them). A small run at ``-n 2`` then does not
-    warm every backend in every worker for one case each."""
+    warm every backend in every worker for one case each. Counted once per session (the forkserver starts once)."""
+    if _WARMED in session.stash:
+        return session.stash[_WARMED]
     from collections import Counter
-
-    from sweep.plugin.collection import case_of
 
     workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     per_backend = Counter(case_of(item.nodeid).rsplit("-", 2)[1] for item in session.items if "test_export[" in item.nodeid)
-    return tuple(b for b in settings.backends if per_backend[b] / workers >= WARM_FROM_CASES)
+    session.stash[_WARMED] = tuple(b for b in settings.backends if per_backend[b] / workers >= WARM_FROM_CASES)
+    return session.stash[_WARMED]
 
 
 def _with_shared_build(spec: dict, settings: SweepSettings) -> dict:

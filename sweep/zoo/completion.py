@@ -1,14 +1,10 @@
 """Completing a contributor's own config: the unset fields a model and the sweep's inputs need, filled as the
 shrinker fills the catalog's configs, with no size changed.
 
-The shrinker completes every catalog config while it shrinks it: a batched sequence classifier needs a
-``pad_token_id``, a multimodal config a placeholder id, sliding layers a window
-(:func:`sweep.zoo.shrink_rules.fill_required_unset`, :func:`sweep.zoo.shrink.fill_unset_placeholder_ids`), and a
-model's ``__init__`` error names a field its config leaves unset (:func:`sweep.zoo.lessons.learn_from_init_error`).
-A config brought to :func:`sweep.zoo.build.build_case` that does not build or run the inputs as it is gets the same
-completions and no shrinking rule: a completion only fills a field the config leaves unset (None, or not declared),
-so every value it gives, sizes included, stays. What was filled comes back by dotted path
-(``{"text_config.pad_token_id": 0}``) for the case to record; the given config object and its file never change.
+A config that does not build or run the inputs as it is gets the shrinker's filling rules
+(:func:`sweep.zoo.shrink_rules.fill_required_unset`, :func:`sweep.zoo.shrink.fill_unset_placeholder_ids`) and the
+``__init__`` lessons (:func:`sweep.zoo.lessons.learn_from_init_error`), each only where the field is unset. What was
+filled comes back by dotted path for the row to record; the given config and its file never change.
 """
 
 from __future__ import annotations
@@ -93,12 +89,12 @@ def unset_only(config: Any, overrides: dict) -> dict:
     None, or not declared. A mapping under the name of a sub-config or of a dict field descends into it."""
     out: dict = {}
     for key, value in overrides.items():
-        current = _value(config, key)
+        current = config.get(key) if isinstance(config, dict) else repairs.attr(config, key)
         if isinstance(value, dict) and isinstance(current, (PreTrainedConfig, dict)):
             inner = unset_only(current, value)
             if inner:
                 out[key] = inner
-        elif current is None:
+        elif current is None or current is repairs.MISSING:
             out[key] = value
     return out
 
@@ -112,15 +108,6 @@ def dotted(overrides: dict, prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
-
-
-def _value(config: Any, key: str) -> Any:
-    if isinstance(config, dict):
-        return config.get(key)
-    try:
-        return getattr(config, key, None)  # not declared: unset
-    except Exception:  # noqa: BLE001 - per-layer configs refuse some global reads
-        return vars(config).get(key)
 
 
 def _nodes(root: Node, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Node]]:

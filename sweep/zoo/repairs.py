@@ -20,7 +20,7 @@ from sweep.zoo.fields import (HEAD_COUNTS, KV_HEAD_COUNTS, LAYER_COUNTS, PRIMARY
                               is_intermediate_name, is_width_name, resample_pattern)
 from sweep.zoo.profiles import Profile
 
-_MISSING = object()
+MISSING = object()  # what attr() gives for a field the object does not have
 _LAYER_TYPE_LISTS = re.compile(r"\w*layer_types$")
 
 
@@ -49,9 +49,9 @@ def merge(a: dict, b: dict) -> dict:
 
 def attr(obj: Any, key: str) -> Any:
     try:
-        return getattr(obj, key, _MISSING)
+        return getattr(obj, key, MISSING)
     except Exception:  # noqa: BLE001 - per-layer configs refuse some global reads
-        return vars(obj).get(key, _MISSING)
+        return vars(obj).get(key, MISSING)
 
 
 def _layers(obj: Any) -> int | None:
@@ -119,7 +119,7 @@ def value_for(key: str, obj: Any, config: PreTrainedConfig, profile: Profile) ->
     """The same-named field elsewhere in the tree (a sibling tower's kv heads), else a value by name."""
     for _, other in config_paths(config):
         value = attr(other, key)
-        if other is not obj and value is not _MISSING and value is not None and not isinstance(value, (dict, list)):
+        if other is not obj and value is not MISSING and value is not None and not isinstance(value, (dict, list)):
             return value
     return value_by_name(key, obj, profile)
 

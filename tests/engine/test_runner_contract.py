@@ -110,10 +110,10 @@ def test_lists_and_arrays_are_converted_and_every_runner_gives_eagers_values(sav
     inputs = _inputs(batch=3, length=5, seed=1)
     with torch.no_grad():
         expected = model(**inputs).last_hidden_state
-    for given in ({k: v.tolist() for k, v in inputs.items()}, {k: v.numpy() for k, v in inputs.items()},
-                  {k: v.int() for k, v in inputs.items()}):  # int32 ids are cast as int64 ones on every backend
+    for fed in ({k: v.tolist() for k, v in inputs.items()}, {k: v.numpy() for k, v in inputs.items()},
+                {k: v.int() for k, v in inputs.items()}):  # int32 ids are cast as int64 ones on every backend
         for backend, artifact in artifacts.items():
-            got = run_exported(artifact, given)["last_hidden_state"]
+            got = run_exported(artifact, fed)["last_hidden_state"]
             torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4, msg=backend)
 
 
