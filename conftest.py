@@ -21,18 +21,18 @@ torch.set_num_threads(1)
 #: tests spread over both workers, and the last ones to start are short, so neither worker idles for minutes at
 #: the end while the other finishes (the unit run took 1,419 s of wall time for 2,301 s of tests on two workers).
 SLOW_FIRST = (
-    "tests/engine/test_generation.py::test_generation_matches_eager_greedy[[]*-executorch[]]",
+    "tests/engine/generation/test_loop.py::test_generation_matches_eager_greedy[[]*-executorch[]]",
     "tests/sweep/test_plugin.py::test_xdist_run_and_merged_shards_equal_a_serial_run",
     "tests/engine/test_exporter_executorch.py::test_dynamic_pte_matches_eager[[]*",
     "tests/engine/test_dim_bounds.py::test_real_limit_config_exports_and_runs_in_bounded_memory[[]*",
-    "tests/engine/test_runner_contract.py::*",
+    "tests/engine/runtime/test_runner_contract.py::*",
     "tests/sweep/test_wheel.py::*",
     "tests/sweep/test_plugin.py::*",
     "tests/sweep/test_results.py::test_resume*",
-    "tests/engine/test_generation.py::test_generation_matches_eager_greedy[[]*-onnx[]]",
+    "tests/engine/generation/test_loop.py::test_generation_matches_eager_greedy[[]*-onnx[]]",
     "tests/engine/test_exporter_onnx.py::test_dynamic_export_runs_in_onnxruntime_at_another_shape[[]*",
     "tests/engine/test_exporter_onnx.py::test_type_promotion_without_reruns_writes_the_same_model[[]*",
-    "tests/engine/test_generation.py::test_generation_matches_eager_greedy[[]*",
+    "tests/engine/generation/test_loop.py::test_generation_matches_eager_greedy[[]*",
 )
 
 

@@ -62,6 +62,7 @@ def worker(side: str, name: str, repeats: int, function: str | None = None) -> d
     from bench.timing import timed
     from tests.engine.tiny_models import REAL_LIMIT_MODELS, TINY_MODELS
 
+    import engine.patches.executorch_nodes  # noqa: F401
     import engine.patches.executorch  # noqa: F401  (registers the patches one side may leave out)
     import engine.patches.executorch_speed  # noqa: F401
     from engine.patches import patch_disabled

@@ -7,7 +7,7 @@ import functools
 import time
 from collections.abc import Iterator
 
-from engine.patches import resolve_dotted_path
+from engine.swap import resolve_dotted_path
 
 
 @contextlib.contextmanager

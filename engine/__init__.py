@@ -4,28 +4,38 @@
 >>> program = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True))
 >>> run_exported(program, inputs)  # {"logits": ..., "past_key_values.0.keys": ...}
 
-Every exporter's ``export()`` reads as the same six stages (a banner comment labels each):
+**The pipeline.** Every exporter's ``export()`` reads as the same stages, each under a banner comment
+``# ── Stage N: <name>``; the trace's steps are banners ``# ── 2x: <name>`` in :meth:`DynamoExporter.trace`. These
+labels are the only ones (``engine/README.md`` explains each; ``tests/test_layout.py`` checks the banners):
 
-1. **Prepare**: check the config; the backend's device, dtype and partitioners (ExecuTorch), the opset (ONNX).
-2. **Trace**: :meth:`DynamoExporter.trace`, ``torch.export`` with the exporter's patches active (model patches
-   and the backend's), the pytree nodes registered and dynamic shapes chosen (:mod:`engine.shapes`); then the
-   specialisation and shape-guard report (:mod:`engine.shape_guards`).
-3. **Fix the program**: FX program and node fixes of the backend (ExecuTorch first bounds every dynamic dim for
-   memory planning: :mod:`engine.dim_bounds`).
-4. **Lower**: ONNX ``torch.onnx.export`` and the optimizer; ExecuTorch the edge dialect and the partitioner
-   (:mod:`engine.executorch_lowering`); the backend's patches active. Dynamo: nothing to do.
-5. **Describe**: what the runtime reads back from the artifact: ONNX graph I/O names (:mod:`engine.onnx_io`),
-   the ``.pte``'s metadata method (:mod:`engine.pte_metadata`), guards (names in :mod:`engine.artifact_meta`).
-6. **Write**: the ``.onnx`` file (with ``output_path``), the ExecuTorch program; any artifact with
-   :func:`save_artifact` (:mod:`engine.artifacts`).
+1. **Prepare**: the config; the backend's device, dtype and partitioners (ExecuTorch), the opset (ONNX).
+2. **Trace**: ``torch.export`` with the exporter's patches, in steps:
+   2a **Dynamic shapes** (and the size-1 widening), 2b **Patches**, 2c **Forward-signature flattening**,
+   2d **Trace contexts**, 2e **Pytree registration**, 2f **Model state clean-up**, 2g **Lower bounds**,
+   2h **Specialisation and shape-guard report**.
+3. **Fix the program**: the backend's FX program and node fixes (ExecuTorch first bounds every dynamic dim).
+4. **Lower**: ONNX ``torch.onnx.export`` and the optimizer; ExecuTorch the edge dialect and the partitioner.
+5. **Describe**: what the runtime reads back from the artifact (I/O names, input specs, guards).
+6. **Write**: the ``.onnx`` file, the ExecuTorch program; any artifact with :func:`save_artifact`.
 
-Every workaround (patches, FX fixes, ONNX translations) lives in :mod:`engine.patches`, one module per scope.
-Runtimes (:mod:`engine.runtime`, ``runtime_onnx``, ``runtime_executorch``) read the artifacts, each checking its
-inputs by one contract (:mod:`engine.input_checks`, the index inputs of :mod:`engine.index_inputs`) and naming what a
-runtime still refuses (:mod:`engine.runtime_errors`); ``.pt2`` files load in any process (:mod:`engine.program_io`
-records and registers their pytree classes); generation is
-:mod:`engine.decompose` (components) and :mod:`engine.generation` (the loop). Shared helpers one layer down:
-:mod:`engine.fake_mode`, :mod:`engine.pytree`, :mod:`engine.prepare`, :mod:`engine.signature`.
+**The map.** Layers from the top (a module imports only from layers below it: ``pyproject.toml``'s import-linter
+contracts):
+
+==========================  ==========================================================================================
+exporters                   ``auto`` (the exporter for a config), ``exporter_dynamo``, ``exporter_onnx``,
+                            ``exporter_executorch``, ``configs``
+``generation/``             the generation decomposition (prefill/decode, multimodal) and the greedy loop
+``runtime/``                ``run_exported`` and the three runners; ``artifacts`` (save/load any artifact),
+                            ``program_io`` (the ``.pt2`` round trip)
+stages                      ``prepare`` (stage 1), ``shapes``, ``shape_guards``, ``signature`` (stage 2),
+                            ``dim_bounds`` (stage 3), ``executorch_lowering`` (stage 4), ``onnx_io``,
+                            ``pte_metadata`` (stage 5)
+``patches/``                every workaround: registered patches, trace contexts, FX fixes, ONNX translations
+tools                       ``single_trace`` (one trace to a decomposed program), ``swap`` (reversible attribute
+                            swaps), ``pytree`` and ``stacked_rows`` (how containers flatten), ``input_checks`` and
+                            ``index_inputs`` (the runners' input contract), ``artifact_meta`` (metadata key names),
+                            ``compare``, ``fake_mode``, ``errors``, ``versions``
+==========================  ==========================================================================================
 """
 
 import importlib
@@ -37,17 +47,17 @@ _EXPORTS = {
     "engine.artifacts": ("load_artifact", "save_artifact"),
     "engine.auto": ("AutoExportConfig", "AutoExporter"),
     "engine.configs": ("DynamoConfig", "ExecutorchConfig", "OnnxConfig"),
-    "engine.decompose": ("decompose_for_generation", "decompose_multimodal", "decompose_prefill_decode", "is_multimodal"),
+    "engine.generation.decompose": ("decompose_for_generation", "decompose_multimodal", "decompose_prefill_decode", "is_multimodal"),
     "engine.dim_bounds": ("UnboundedDimWarning",),
     "engine.errors": ("ConfigError", "ExportStageError", "ExportSweepError", "InputError", "MissingDependencyError",
                       "ModelError", "PlannedMemoryError"),
     "engine.exporter_dynamo": ("DynamoExporter",),
-    "engine.generation": ("generate",),
+    "engine.generation.loop": ("generate",),
     "engine.patches": ("apply_fx_node_fixes", "apply_fx_program_fixes", "apply_patches", "register_fx_node_fix",
                        "register_fx_program_fix", "register_patch"),
     "engine.program_io": ("load_program", "save_program"),
     "engine.pytree": ("get_leaf_tensors", "register_pytree_nodes"),
-    "engine.rope_positions": ("generation_position_ids", "with_rope_position_ids"),
+    "engine.patches.model.rope_positions": ("generation_position_ids", "with_rope_position_ids"),
     "engine.runtime": ("run_exported",),
     "engine.shape_guards": ("ShapeGuardWarning",),
     "engine.shapes": ("SpecialisationWarning",),

@@ -1,8 +1,8 @@
 """Names the exporters write into their artifacts and the runtimes read back: one place, so neither imports the other.
 
-ONNX: graph input/output names and ``metadata_props`` keys (:mod:`engine.onnx_io`, :mod:`engine.runtime_onnx`).
+ONNX: graph input/output names and ``metadata_props`` keys (:mod:`engine.onnx_io`, :mod:`engine.runtime.onnx`).
 ExecuTorch: the constant method of the ``.pte`` that returns its metadata (:mod:`engine.exporter_executorch`,
-:mod:`engine.runtime_executorch`).
+:mod:`engine.runtime.executorch`).
 """
 
 from __future__ import annotations

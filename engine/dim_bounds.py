@@ -118,15 +118,13 @@ class DimLimits:
 
 
 def _dim_role(val: torch.Tensor, dim: int, leaf: str = "") -> str:
-    """Dim 0 is the batch; the last two dims of a floating input of 4 or more dims are image dims (the height and
-    width of images, ``[B, C, H, W]``, and of video frames, ``[B, T, C, H, W]`` or ``[B, C, T, H, W]``); the rest
-    are lengths. (A video's spatial dims read as lengths had no config limit, and three dims capped at 256 each
-    planned GBs.) A cache layer's keys/values (``cache.0.keys``, ``[B, heads, length, head_dim]``, as
-    :mod:`engine.shapes` marks them) grow along dim 2, a length: read as an image dim, ``max_seq_len`` did not
-    bound it and the memory budget lowered Aria's decode cache below the generation's length. The middle dim of
-    integer ids or masks ``[B, choices, seq]`` (traced shorter than the sequence; ``[B, seq, 4]`` boxes are not)
-    counts rows the model folds into the batch, so it is bounded as one: as a length, ``max_seq_len`` (which the
-    budget never lowers) let LongformerForMultipleChoice plan 256 x 512 x 4 x 1025 floats (15 GB)."""
+    """Dim 0 is the batch; the last two dims of a floating input of 4 or more dims are image dims (height and width of
+    ``[B, C, H, W]`` images and of ``[B, T, C, H, W]`` or ``[B, C, T, H, W]`` video frames, which as lengths would have
+    no config limit); the rest are lengths. A cache layer's keys/values (``cache.0.keys``, ``[B, heads, length,
+    head_dim]``, as :mod:`engine.shapes` marks them) grow along dim 2, a length, so ``max_seq_len`` bounds it. The
+    middle dim of integer ids or masks ``[B, choices, seq]`` (traced shorter than the sequence; ``[B, seq, 4]`` boxes
+    are not) counts rows the model folds into the batch, so it is bounded as one: as a length, ``max_seq_len`` would
+    plan GBs."""
     if dim == 0:
         return "batch"
     if val.ndim == 3 and dim == 1 and not val.is_floating_point() and val.shape[1] < val.shape[2]:
@@ -215,21 +213,13 @@ def _raise_divisor_floors(sizes, table: dict) -> dict:
 def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits) -> None:
     """Give every dynamic dim of ``program`` a finite upper bound that ExecuTorch can plan memory for.
 
-    Pattern: dynamic dims whose upper bound is ``int_oo`` (every ``Dim.AUTO`` dim no guard bounded).
-    ExecuTorch's memory planning needs a finite upper bound for every dynamic dim and plans buffers at
-    that bound; ``int_oo`` fails ``eval_upper_bound``, and a large generic cap makes tiny models plan GBs.
-    Each unbounded input dim is capped from the model config (``max_position_embeddings`` and the like for
-    sequence dims, ``image_size`` for spatial dims) or, for the batch and for dims the config states no limit
-    for, from the traced size (:func:`_input_dim_caps`); then the caps the user did not state are lowered until
-    the largest tensor the program plans (attention scores included) fits :data:`PLANNED_TENSOR_BUDGET`
-    (:func:`_fit_to_budget`). Finite bounds (explicit ``Dim(min=, max=)``, or ones guards derived) are kept,
-    except that ``ExecutorchConfig.max_seq_len`` lowers a sequence dim's bound above it (Gemma3's guards bound
-    the length by 4094, and its attention scores then plan 2 GiB each). One :class:`UnboundedDimWarning` lists
-    the caps. Both ``range_constraints`` (verifiers) and the shape env's ``var_to_range`` (read by ExecuTorch's
-    ``ConstraintBasedSymShapeEvalPass``) are updated. A program whose largest planned tensor is still over
-    ``limits.tensor_limit`` at the bounds chosen is refused (:func:`refuse_unrunnable_plan`).
-    Upstream: TODO: upstream issue not found (int_oo bounds are torch.export's documented Dim.AUTO behaviour).
-    """
+    Pattern: ``Dim.AUTO`` dims no guard bounded have ``int_oo`` upper bounds, which ``eval_upper_bound`` refuses;
+    ExecuTorch plans buffers at each dim's bound. Each is capped from the model config or its traced size
+    (:func:`_input_dim_caps`), then the caps nobody stated are lowered until the largest planned tensor fits
+    :data:`PLANNED_TENSOR_BUDGET` (:func:`_fit_to_budget`). Finite bounds are kept, but ``ExecutorchConfig.max_seq_len``
+    lowers a sequence dim's bound above it. Updates ``range_constraints`` and the shape env's ``var_to_range``, warns
+    (:class:`UnboundedDimWarning`), and refuses a plan still over the limit (:func:`refuse_unrunnable_plan`). Upstream:
+    TODO: upstream issue not found (int_oo bounds are torch.export's documented Dim.AUTO behaviour)."""
     shape_env = program_shape_env(program)
     ranges = program._range_constraints
     env_ranges = shape_env.var_to_range if shape_env is not None else {}
@@ -360,12 +350,11 @@ def refuse_unrunnable_plan(program: torch.export.ExportedProgram, planned: Mappi
     """Raise :class:`PlannedMemoryError` when a tensor the program plans at its final dim bounds is larger than
     ``limits.tensor_limit`` bytes.
 
-    ExecuTorch sizes every planned buffer for the upper bounds once, at load, and XNNPACK sizes its workspace from
-    the same bounds: a small Mamba at unstated real limits (batch 52, 256 tokens) plans a 13 GiB scan intermediate,
-    and the run fails inside XNNPACK (``xnn_status_out_of_memory``, error 0x1) or the process dies; a Gemma 2 at
-    its 8k positions plans 13 GiB of attention scores and ``bad_alloc``s at load. Such a program cannot run where
-    it is meant to, so it is refused at export, naming the tensor and the bounds it follows, with how to lower
-    them; the budget above keeps the bounds nobody stated under the limit, so only stated bounds reach it."""
+    ExecuTorch sizes every planned buffer for the upper bounds once, at load, and XNNPACK its workspace from the same
+    bounds: a tensor of many GiB (a Mamba's scan intermediate at batch 52, a Gemma 2's attention scores at 8k positions)
+    fails at load (``bad_alloc``), inside XNNPACK (``xnn_status_out_of_memory``, error 0x1), or kills the process. Such
+    a program is refused at export, naming the tensor, the bounds it follows and how to lower them; the budget keeps the
+    bounds nobody stated under the limit, so only stated bounds reach this."""
     if limits.tensor_limit is None:
         return
     ranges = program._range_constraints

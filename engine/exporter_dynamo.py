@@ -1,7 +1,7 @@
 """``DynamoExporter``: a model and sample inputs become a ``torch.export.ExportedProgram``.
 
 ``export()`` reads as the stages every exporter shares (:mod:`engine`): prepare, **trace** (:meth:`trace`, whose
-steps 2a-2g are labelled below), **fix the program** (what ``torch.export.save`` cannot write,
+steps 2a-2h are labelled below), **fix the program** (what ``torch.export.save`` cannot write,
 :mod:`engine.patches.program_io`). The ONNX and ExecuTorch exporters reuse :meth:`trace` (with their own patch
 registries active) and add their lowering after it.
 """
@@ -16,16 +16,14 @@ from typing import Any
 
 import torch
 
-import engine.patches.model  # noqa: F401  (registers the model patches every exporter traces with)
+import engine.patches.model  # noqa: F401  (registers the model patches and trace contexts every exporter traces with)
 import engine.patches.program_io  # noqa: F401  (registers the fixes for what torch.export.save cannot write)
 import engine.patches.torch_export  # noqa: F401  (registers the torch.export internals every exporter traces with)
 from engine.configs import DynamoConfig
 from engine.errors import ExportStageError
 from engine.fake_mode import fake_dispatch_cache_off_while_tracing, restore_fake_dispatch_cache
-from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches
-from engine.packed_attention import packed_attention_as_masked_sdpa
-from engine.packed_grid import vectorized_vision_grids
-from engine.prepare import data_independent_experts, model_name, prepare_for_export
+from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches, apply_trace_contexts
+from engine.prepare import model_name, prepare_for_export
 from engine.pytree import register_pytree_nodes
 from engine.shape_guards import warn_for_program
 from engine.shapes import (
@@ -88,24 +86,24 @@ class DynamoExporter:
         return program
 
     def export_for_generation(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: DynamoConfig | Mapping | None = None):
-        """Export every component of :func:`engine.decompose.decompose_for_generation` with this exporter.
+        """Export every component of :func:`engine.generation.decompose.decompose_for_generation` with this exporter.
 
         Returns ``{component: artifact}`` with the generation plan attached, ready for :func:`engine.generate`.
         With an ``output_path`` in the config, each component is written beside it as ``<stem>.<component><suffix>``.
         When the decode program also computes the prefill, the ``prefill`` entry is that same artifact and file
-        (:mod:`engine.generation_export`).
+        (:mod:`engine.generation.export`).
         """
-        from engine.generation_export import export_for_generation
+        from engine.generation.export import export_for_generation
 
         return export_for_generation(self, model, inputs, config)
 
     def trace(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: DynamoConfig) -> torch.export.ExportedProgram:
-        """Stage 2 of every exporter, steps 2a-2g around ``torch.export.export``; returns the ``ExportedProgram``."""
+        """Stage 2 of every exporter, steps 2a-2h around ``torch.export.export``; returns the ``ExportedProgram``."""
         warn_on_version_drift()
         model, inputs, flags = prepare_for_export(model, inputs)
         name = model_name(model)
 
-        # ── 2d: Dynamic shapes (computed first: the sample a size-1 dim is traced at depends on them) ───────
+        # ── 2a: Dynamic shapes: computed first, with the size-1 widening (the sample depends on them) ───────
         dynamic_shapes = config.dynamic_shapes
         auto_shapes = dynamic_shapes is None and config.dynamic
         if auto_shapes:
@@ -129,13 +127,13 @@ class DynamoExporter:
             except Exception as e:
                 raise ExportStageError("export", name, e) from e
 
-        # ── 2f: Lower bounds: what the 0/1-specialisation floor made checked (dynamic=True specs only) ─────
+        # ── 2g: Lower bounds: what the 0/1-specialisation floor made checked (dynamic=True specs only) ─────
         if auto_shapes:
             relaxed = relax_floor_derived_lower_bounds(program)
             if relaxed:
                 logger.debug("%s: lower bounds derived from the floor of 2 relaxed: %s", name, relaxed)
 
-        # ── 2g: Specialisation report, and the guards the model's code left on the dynamic dims ──────────
+        # ── 2h: Specialisation and shape-guard report: what the model's code left on the dynamic dims ──────────
         if dynamic_shapes is not None:
             warn_specialised(name, specialised_dims(program, inputs, dynamic_shapes))
             warn_for_program(name, program)
@@ -143,32 +141,30 @@ class DynamoExporter:
 
     def _trace_at(self, model: torch.nn.Module, inputs: Mapping[str, Any], flags: Mapping[str, Any], dynamic_shapes: Any,
                   config: DynamoConfig) -> torch.export.ExportedProgram:
-        """Steps 2a-2c and 2e around :meth:`export_program`, for one sample."""
+        """Steps 2b-2f around :meth:`export_program`, for one sample."""
         name = model_name(model)
         with contextlib.ExitStack() as stack:
-            # ── 2b: Patches of the exporter's backends (model patches first); packed attention, grids, experts ──
-            # Before 2a, which binds model.forward: a patch of the model's own class forward must be the one bound.
+            # ── 2b: Patches: of the exporter's backends, model patches first ──
+            # Before 2c, which binds model.forward: a patch of the model's own class forward must be the one bound.
             for backend in self.patch_backends:
                 applied = stack.enter_context(apply_patches(backend))
                 if applied:
                     logger.debug("%s: %s patches applied: %s", name, backend, ", ".join(applied))
 
-            # ── 2a: Forward-signature flattening ────────────────────────────────────────────────────────────
+            # ── 2c: Forward-signature flattening ────────────────────────────────────────────────────────────
             # kwargs become an explicit signature; output flags are bound as constants.
             stack.enter_context(flat_forward(model, list(inputs), flags))
-            packed = stack.enter_context(packed_attention_as_masked_sdpa(model))
-            if packed:
-                logger.debug("%s: packed attention traced as one masked SDPA in %s", name, ", ".join(packed))
-            if stack.enter_context(vectorized_vision_grids()):
-                logger.debug("%s: transformers.vision_utils' grid helpers traced without per-image loops", name)
-            if stack.enter_context(data_independent_experts(model)):
-                logger.debug("%s: eager MoE experts traced as batched_mm", name)
+            # ── 2d: Trace contexts: patches whose targets are found on the model (packed attention, grids, experts) ──
+            for backend in self.patch_backends:
+                applied = stack.enter_context(apply_trace_contexts(backend, model))
+                if applied:
+                    logger.debug("%s: %s trace contexts applied: %s", name, backend, ", ".join(applied))
 
-            # ── 2c: Pytree registration ─────────────────────────────────────────────────────────────────────
+            # ── 2e: Pytree registration ─────────────────────────────────────────────────────────────────────
             # Every loaded Cache/cache-layer class and standalone cache, and any ModelOutput type among the inputs.
             register_pytree_nodes(inputs)
 
-            # ── 2e: Model state clean-up, around torch.export ───────────────────────────────────────────────
+            # ── 2f: Model state clean-up: around torch.export ───────────────────────────────────────────────
             # Attributes and buffers the trace leaves as FakeTensors are restored on exit.
             stack.enter_context(restore_module_state(model))
             stack.enter_context(stack_traces_as_configured(config))

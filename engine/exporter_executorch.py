@@ -32,7 +32,8 @@ from engine.exporter_dynamo import DynamoExporter, stack_traces_as_configured
 from engine.dim_bounds import DimLimits, bound_dynamic_dims
 from engine.executorch_lowering import lower, trace_table
 from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_patches
-from engine.prepare import has_settable_experts, model_name, split_inputs
+from engine.patches.model.experts import use_batched_experts
+from engine.prepare import model_name, split_inputs
 from engine.index_inputs import find_index_inputs
 from engine.pte_metadata import drop_none_outputs, program_metadata, tensor_output_names, warn_specialised_by_lowering
 from engine.shape_guards import program_guards
@@ -40,7 +41,7 @@ from engine.single_trace import single_trace_supported
 
 logger = logging.getLogger("engine")
 
-# ── Stage 1: Backend preparation ──────────────────────────────────────────────────────────────────
+# ── Stage 1: Prepare: the backends (device, dtype, partitioners) ──────────────────────────────────────────────────────────────────
 # A backend is a function ``prepare(model) -> (model, partitioners)``: move the model where the backend
 # runs and build the partitioner list for ``to_edge_transform_and_lower``. Inputs are then cast to the
 # model's dtype/device by ``prepare_for_export`` inside the trace. Add a backend: write
@@ -63,25 +64,13 @@ def backend_prepare(name: str):
     return BACKENDS[name]
 
 
-def _use_batched_experts(model: torch.nn.Module) -> None:
-    """MoE experts default to ``grouped_mm``, which has no ExecuTorch kernel: use ``batched_mm``. A composite model
-    that cannot set them itself (Kimi-K2.5: a vision tower beside its MoE text model, whose own config asks for
-    ``grouped_mm``) has them set on each sub-model that can."""
-    if has_settable_experts(model):
-        model.set_experts_implementation("batched_mm")
-        return
-    for sub in model.modules():
-        if sub is not model and has_settable_experts(sub):
-            sub.set_experts_implementation("batched_mm")
-
-
 @register_backend("xnnpack")
 def _prepare_xnnpack(model: torch.nn.Module):
     """CPU, fp32, ``XnnpackPartitioner``; ops XNNPACK does not take stay on the portable CPU kernels."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     model = model.to(device="cpu", dtype=torch.float32)
-    _use_batched_experts(model)
+    use_batched_experts(model)
     return model, [XnnpackPartitioner()]
 
 
@@ -102,7 +91,7 @@ def _prepare_cuda(model: torch.nn.Module):
             "with CUDA support and triton; use backend='xnnpack' for CPU"
         ) from e
     model = model.to(device="cuda", dtype=torch.bfloat16)
-    _use_batched_experts(model)
+    use_batched_experts(model)
     return model, [CudaPartitioner([CudaBackend.generate_method_name_compile_spec("forward")])]
 
 
@@ -121,9 +110,11 @@ class ExecutorchExporter(DynamoExporter):
     def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: ExecutorchConfig | Mapping | None = None):
         """The pipeline, stage by stage (the stages every exporter shares: :mod:`engine`)."""
         require("executorch", "executorch")
-        import engine.patches.executorch  # noqa: F401  (registers the "executorch" patches and fixes: they import
-        import engine.patches.executorch_speed  # noqa: F401  numpy and, lazily, executorch)
-        import engine.patches.torch_export  # noqa: F401
+        import engine.patches.torch_export  # noqa: F401  (registers the "executorch" patches and fixes: they import
+        import engine.patches.unlowerable_ops  # noqa: F401  numpy and, lazily, executorch)
+        import engine.patches.executorch  # noqa: F401
+        import engine.patches.executorch_nodes  # noqa: F401
+        import engine.patches.executorch_speed  # noqa: F401
 
         # ── Stage 1: Prepare: the backend's device, dtype and partitioners ───────────────────────────
         config = self.config_class.coerce(config)
@@ -132,7 +123,7 @@ class ExecutorchExporter(DynamoExporter):
         model, partitioners = prepare(model)
         traced_inputs, _ = split_inputs(inputs)
 
-        # ── Stage 2: Trace (the "executorch" patches active with the "dynamo" ones) ──────────────────
+        # ── Stage 2: Trace: the "executorch" patches active with the "dynamo" ones ──────────────────
         # straight to the ATen IR the lowering takes where it can (config.single_trace: one trace, not two)
         self._trace_table = trace_table(partitioners) if config.single_trace and single_trace_supported() else None
         program = self.trace(model, inputs, config)

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-import engine.patches.torch_export  # noqa: F401  (registers the fixes shared with ExecuTorch)
+import engine.patches.unlowerable_ops  # noqa: F401  (registers the fixes shared with ExecuTorch)
 from engine.artifact_meta import GUARDS_KEY, INDEX_INPUTS_KEY, INPUTS_KEY, MODEL_KEY
 from engine.index_inputs import find_index_inputs
 from engine.input_checks import exported_program_specs, specs_to_json
@@ -92,7 +92,7 @@ class OnnxExporter(DynamoExporter):
         self.timings = timings = {}
         clock = time.perf_counter()
 
-        # ── Stage 2: Trace (the "onnx" patches active with the "dynamo" ones) ──────────────────────
+        # ── Stage 2: Trace: the "onnx" patches active with the "dynamo" ones ──────────────────────
         target = TARGET_OPSET.set(opset)
         try:
             program = self.trace(model, inputs, config)
@@ -176,7 +176,7 @@ def _lap(start: float) -> tuple[float, float]:
     return now - start, now
 
 
-# ── Stage 1: checks done before any tracing ─────────────────────────────────────────────────────────────────
+# ── Stage 1: Prepare: the checks done before any tracing ─────────────────────────────────────────────────────────────────
 
 
 def require_onnx_stack() -> None:

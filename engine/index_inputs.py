@@ -46,7 +46,7 @@ def _size(node: Any, dim: Any) -> int | None:
 
 
 def _op(node: torch.fx.Node) -> Any:
-    """The op a node was before decomposition (a trace straight to core ATen records it), else its target."""
+    """The op a node had before decomposition (a trace straight to core ATen records it), else its target."""
     return node.meta.get("original_aten") or node.target
 
 

@@ -122,8 +122,8 @@ def _initializer_bytes(graph) -> int:
 
 def save_onnx(onnx_program, path: str | os.PathLike, *, external_data: bool = True, export_params: bool = True,
               keep_initializers_as_inputs: bool = False) -> None:
-    """Write the model to ``path``; weights go to the ``.onnx_data`` sidecar with ``external_data``, and always
-    when they exceed what one protobuf can hold. The in-memory model is left as it was."""
+    """Write the model to ``path``; weights go to the ``.onnx_data`` sidecar with ``external_data``, and always when
+    they exceed what one protobuf can hold. The in-memory model is left unchanged."""
     import onnx_ir as ir
 
     model = onnx_program.model

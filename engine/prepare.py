@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import sys
@@ -58,9 +57,9 @@ def check_model(model: Any) -> None:
 
 
 def is_pretrained_model(model: Any) -> bool:
-    """``isinstance(model, transformers.PreTrainedModel)`` without importing transformers' modeling utilities
-    (3 s): a ``PreTrainedModel`` exists only once they are imported, so a process exporting plain modules never
-    pays for them."""
+    """``isinstance(model, transformers.PreTrainedModel)`` without importing transformers' modeling utilities (a slow
+    import): a ``PreTrainedModel`` exists only once they are imported, so a process exporting plain modules never pays
+    for them."""
     modeling_utils = sys.modules.get("transformers.modeling_utils")
     return modeling_utils is not None and isinstance(model, modeling_utils.PreTrainedModel)
 
@@ -98,12 +97,11 @@ def accepted_input_names(model: torch.nn.Module) -> tuple[set[str], bool]:
 def deprecated_input_names(fn: Any) -> dict[str, str]:
     """``{old: new}`` for the keywords ``fn`` still takes under a deprecated name and renames as it is called.
 
-    Pattern: transformers renames a forward argument with ``@deprecate_kwarg(old, version, new_name=new)``
-    (5.24 renamed ``past_key_values`` to ``cache`` on 521 modeling files): the signature names only ``new``,
-    and a call with ``old`` is renamed by the wrapper until ``version``. Code written for the previous release
-    passes ``old``; the exported program keeps the name it was given, and the wrapper renames it during the
-    trace. Read from the closure of each wrapper in the ``__wrapped__`` chain (its ``old_name``/``new_name``).
-    """
+    Pattern: transformers renames a forward argument with ``@deprecate_kwarg(old, version, new_name=new)`` (5.24:
+    ``past_key_values`` to ``cache``): the signature names only ``new``, and the wrapper renames a call's ``old`` until
+    ``version``. Code written for the previous release passes ``old``; the exported program keeps the name it is given,
+    and the wrapper renames it during the trace. Read from the closure of each wrapper in the ``__wrapped__`` chain (its
+    ``old_name``/``new_name``)."""
     aliases: dict[str, str] = {}
     seen = 0
     while fn is not None and seen < 16:
@@ -208,35 +206,6 @@ def ensure_exportable_attention(model: torch.nn.Module) -> None:
     message = f"{model_name(model)} uses attn_implementation={impl!r}, which cannot be exported; switching to 'sdpa'"
     warnings.warn(message, UserWarning, stacklevel=3)
     model.set_attn_implementation("sdpa")
-
-
-def has_settable_experts(model: torch.nn.Module) -> bool:
-    """Whether the model's MoE experts sit behind transformers' ``use_experts_implementation`` (so
-    ``set_experts_implementation`` can pick ``eager``, ``batched_mm`` or ``grouped_mm``)."""
-    can_set = getattr(model, "_can_set_experts_implementation", None)
-    return can_set is not None and bool(can_set())
-
-
-@contextlib.contextmanager
-def data_independent_experts(model: torch.nn.Module):
-    """While tracing, MoE experts whose implementation is ``"eager"`` run as ``"batched_mm"``; restored on exit.
-
-    Pattern: transformers' eager experts loop over the experts that received tokens (``for expert_idx in
-    expert_hit``, ``expert_hit = (...).nonzero()``), a loop whose length is data (``Eq(u0, 0)``); a model can pick
-    it as its default (OpenAI privacy filter: "sensitive to accumulation orders"). ``batched_mm`` is transformers'
-    own loop-free path for the same experts (per-token expert weights gathered, one batched matmul), so the program
-    computes the eager numbers without the loop; the sweep checks them against the eager experts at 1e-4. Models
-    whose experts are not behind ``use_experts_implementation``, or that already use another implementation, are
-    left as they are. Yields whether the implementation was switched.
-    """
-    if getattr(getattr(model, "config", None), "_experts_implementation", None) != "eager" or not has_settable_experts(model):
-        yield False
-        return
-    model.set_experts_implementation("batched_mm")
-    try:
-        yield True
-    finally:
-        model.set_experts_implementation("eager")
 
 
 def prepare_for_export(model: Any, inputs: Any) -> tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]:

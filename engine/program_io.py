@@ -48,8 +48,8 @@ def save_program(program: torch.export.ExportedProgram, path: str | os.PathLike)
 
 
 def register_type_named(name: str) -> bool:
-    """Import ``module.QualName`` and register it with torch's pytree as the exporters do (a ``ModelOutput`` or a
-    cache class); whether it is registered now."""
+    """Import ``module.QualName`` and register it with torch's pytree as the exporters do (a ``ModelOutput`` or a cache
+    class); returns whether it ends up registered."""
     from engine.pytree import register_type
 
     try:

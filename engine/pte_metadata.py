@@ -2,7 +2,7 @@
 
 Input leaves in the program's order with their dtypes and per-dim ``[min, max]`` bounds, constant inputs, and the
 output leaf names: :func:`engine.run_exported` feeds inputs by it, rejects out-of-bounds shapes with a clear error
-and names the outputs like ``get_leaf_tensors`` (:mod:`engine.runtime_executorch`). The method's name is
+and names the outputs like ``get_leaf_tensors`` (:mod:`engine.runtime.executorch`). The method's name is
 :data:`engine.artifact_meta.META_METHOD`.
 """
 
@@ -81,17 +81,14 @@ def program_metadata(program: torch.export.ExportedProgram, traced_inputs: Mappi
 
 
 def drop_none_outputs(program: torch.export.ExportedProgram) -> bool:
-    """Leave the program's non-tensor user outputs (``None`` fields of a ModelOutput) out of it before lowering;
-    True when there were any. The runtime then names the tensor outputs in the traced order, from the metadata
-    computed before (:func:`tensor_output_names`).
+    """Leave the program's non-tensor user outputs (``None`` fields of a ModelOutput) out of it before lowering; True
+    when there were any. The runtime names the tensor outputs in traced order from the metadata computed before
+    (:func:`tensor_output_names`).
 
     Pattern: ExecuTorch 1.5.1's lowering moves a tensor output ahead of ``None`` outputs while the call spec keeps the
-    traced order: transformers 5.24's ``image_outputs`` (AyaVision, QianfanOCR) traced as ``[A, None, None, B, C]``
-    came out as ``[A, X, None, None, C]``, so names read from the out_spec landed on other tensors
-    (``hidden_states.2`` missing, ``pooler_output`` with another tensor's shape). Without the ``None`` outputs the
-    lowered order is the traced one. Likely the same cause as :func:`engine.pytree.in_field_order` (a ModelOutput
-    field set after construction, re-flattened in declaration order by the lowering), which the trace now avoids;
-    kept as it also spares the runtime its constant outputs."""
+    traced order (AyaVision's ``image_outputs``: ``[A, None, None, B, C]`` lowered as ``[A, X, None, None, C]``), so
+    out_spec names land on other tensors. Without the ``None`` outputs the orders agree. Likely the cause
+    :func:`engine.pytree.in_field_order` avoids; kept as it also spares the runtime its constant outputs."""
     import torch.utils._pytree as pytree
     from torch.export.graph_signature import OutputKind, TensorArgument
 
@@ -110,8 +107,8 @@ def drop_none_outputs(program: torch.export.ExportedProgram) -> bool:
 
 
 def tensor_output_names(meta: dict) -> list[str]:
-    """The output names of ``meta`` (:func:`program_metadata` of the program before :func:`drop_none_outputs`)
-    without the non-tensor outputs the program no longer returns."""
+    """The output names of ``meta`` (:func:`program_metadata` of the program before :func:`drop_none_outputs`) without
+    the non-tensor outputs that :func:`drop_none_outputs` leaves out."""
     return [name for name in meta["outputs"] if name is not None]
 
 

@@ -202,7 +202,7 @@ def _all_subclasses(base: type) -> list[type]:
 
 
 def register_pytree_node_for(cls: type) -> bool:
-    """Register one cache (or cache-layer) class with torch pytree; False if it already was."""
+    """Register one cache (or cache-layer) class with torch pytree; False if it is already registered."""
     if cls in pytree.SUPPORTED_NODES:
         return False
     pytree.register_pytree_node(
@@ -260,8 +260,8 @@ def register_pytree_nodes(*objects: Any) -> list[type]:
 
 
 def register_type(cls: type) -> bool:
-    """Register a ``ModelOutput`` subclass or a cache class with torch pytree (what a ``.pt2`` names when it is
-    loaded in a new process); False if it already was, or is neither."""
+    """Register a ``ModelOutput`` subclass or a cache class with torch pytree (what a ``.pt2`` names when it is loaded
+    in a new process); False if it is already registered, or is neither."""
     if cls in pytree.SUPPORTED_NODES:
         return False
     if isinstance(cls, type) and issubclass(cls, ModelOutput):
@@ -279,16 +279,14 @@ def register_type(cls: type) -> bool:
 
 
 def in_field_order(obj: Any) -> Any:
-    """``obj`` with every ``ModelOutput`` in it (nested in tuples, lists and other ModelOutputs) holding its keys in
-    the order unflattening rebuilds them: its fields' declaration order.
+    """``obj`` with every ``ModelOutput`` in it (nested in tuples, lists and other ModelOutputs) holding its keys in its
+    fields' declaration order, the order unflattening rebuilds.
 
-    Pattern: a ModelOutput keeps its keys in insertion order, and a field set after construction goes last
-    (Chameleon's ``get_image_features`` sets ``pooler_output`` on the VQ-VAE's output), while pytree's unflatten
-    (transformers' ``_model_output_unflatten``: ``cls(**dict(zip(keys, values)))``) rebuilds it in declaration
-    order. A program traced with the first order and re-flattened by a pass that unflattens its outputs
-    (ExecuTorch's lowering) came back in the second, so its outputs no longer matched the names of its out-spec.
-    Traced in declaration order, the round trip is the identity. Upstream: TODO, no transformers issue found on
-    the flatten/unflatten round trip of ModelOutput."""
+    Pattern: a field set after construction goes last in a ModelOutput's keys (Chameleon's ``get_image_features`` sets
+    ``pooler_output`` on the VQ-VAE's output), but pytree's unflatten (``cls(**dict(zip(keys, values)))``) rebuilds
+    declaration order, so a pass that re-flattens the outputs (ExecuTorch's lowering) misplaces them against the
+    out-spec's names. Traced in declaration order, the round trip is the identity. Upstream: TODO, no transformers issue
+    found on the flatten/unflatten round trip of ModelOutput."""
     if isinstance(obj, ModelOutput):
         items = {key: in_field_order(value) for key, value in obj.items()}
         fields = dataclasses.fields(obj) if dataclasses.is_dataclass(obj) else ()
@@ -368,7 +366,7 @@ def pytree_attributes(obj: Any) -> list[tuple[str, Any]]:
 def fill_leaves(template: Any, leaves: Mapping[str, torch.Tensor], prefix: str = "") -> Any:
     """Copy of ``template`` whose tensor leaves are taken from ``leaves`` by dotted name (``"0.keys"``...).
 
-    Used to feed a runtime's flat outputs back as the nested inputs of the next step (a cache object)."""
+    Feeds a runtime's flat outputs back as the nested inputs of the next step (a cache object)."""
     names = iter(name for name, _ in iter_leaf_tensors(template, prefix))
     missing = [n for n, _ in iter_leaf_tensors(template, prefix) if n not in leaves]
     if missing:

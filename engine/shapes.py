@@ -36,7 +36,7 @@ logger = logging.getLogger("engine")
 
 
 class SpecialisationWarning(UserWarning):
-    """An input dim asked to be dynamic was exported as a static size."""
+    """An input dim asked to be dynamic that the program fixes to one static size."""
 
 
 def _is_custom_node(obj: Any) -> bool:
@@ -82,11 +82,11 @@ def _cache_layer_specs(layer: Any) -> list[Any]:
 
 
 def _cache_layer_spec(name: str, value: Any, sequence: int | None = None) -> Any:
-    """A cache layer's child: keys/values grow along the sequence; a state beside them that holds one entry per
-    cached token (DeepSeek-V3.2's ``indexer_keys`` [batch, seq, dim]: a dim the size of the keys' sequence, when
-    that is > 1) grows along it too; every other state is ``[batch, <model constants>]`` (a Mamba conv state is
-    [batch, conv_dim, kernel]). Marking those constants ``Dim.AUTO`` makes torch.export reason about symbols
-    that can never vary: a Mamba2 decode export took 7.0 s instead of 4.x s."""
+    """A cache layer's child: keys/values grow along the sequence; a state beside them that holds one entry per cached
+    token (DeepSeek-V3.2's ``indexer_keys`` [batch, seq, dim]: a dim the size of the keys' sequence, when that is > 1)
+    grows along it too; every other state is ``[batch, <model constants>]`` (a Mamba conv state is [batch, conv_dim,
+    kernel]). Marking those constants ``Dim.AUTO`` would make torch.export reason about symbols that can never vary,
+    which only slows the export."""
     if name in ("keys", "values") and isinstance(value, torch.Tensor) and value.ndim == 4:
         return dict(_KV_DYNAMIC_DIMS)
     if sequence is not None and sequence > 1 and isinstance(value, torch.Tensor) and value.ndim >= 2:
@@ -153,17 +153,15 @@ def auto_dynamic_shapes(inputs: Mapping[str, Any], model_config: Any = None) -> 
 
 
 def widen_unit_dims(inputs: Mapping[str, Any], dynamic_shapes: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``inputs`` with every dim of size 1 that ``dynamic_shapes`` marks ``Dim.AUTO`` repeated to size 2, for the
-    top-level tensors (a cache's dims are left as they are); ``None`` when there is none.
+    """``inputs`` with every size-1 dim that ``dynamic_shapes`` marks ``Dim.AUTO`` repeated to size 2 (top-level tensors
+    only, not a cache's dims); ``None`` when there is none.
 
-    Pattern: torch.export specialises a dynamic dim traced at size 0 or 1 (its 0/1 specialisation), so a Whisper
-    exported with a one-token decoder prompt rejected three tokens ("Guard failed: decoder_input_ids.size()[1] ==
-    1"). ``backed_size_oblivious``, torch's experimental switch for it, does not hold through transformers' code
-    on torch 2.13: ``contiguous()``, ``layer_norm`` and SDPA each guard the size back to 1 (and the SDPA
-    integration's ``q_length > 1`` becomes a ``SymBool`` SDPA rejects). A sample with the size-1 slice twice is a
-    valid input of the same kinds (ids, masks, features); the program traced at it runs the size-1 sample as any
-    program runs a size under torch.export's unchecked floor of 2, and the exporter keeps it only where it
-    reproduces the eager outputs at the sample (:meth:`~engine.exporter_dynamo.DynamoExporter.trace`)."""
+    Pattern: torch.export specialises a dynamic dim traced at 0 or 1, so a Whisper exported with a one-token decoder
+    prompt rejects three tokens ("Guard failed: decoder_input_ids.size()[1] == 1"); ``backed_size_oblivious`` does not
+    hold through transformers' code on torch 2.13 (``contiguous()``, ``layer_norm``, SDPA guard the size back to 1). The
+    size-1 slice repeated is a valid input of the same kinds; the program traced at it runs the size-1 sample as any
+    size under torch.export's unchecked floor of 2, and is kept only where it reproduces the eager outputs at the sample
+    (:meth:`~engine.exporter_dynamo.DynamoExporter.trace`)."""
     widened, changed = dict(inputs), False
     for name, value in inputs.items():
         spec = dynamic_shapes.get(name) if isinstance(dynamic_shapes, Mapping) else None
@@ -178,7 +176,7 @@ def widen_unit_dims(inputs: Mapping[str, Any], dynamic_shapes: Mapping[str, Any]
 
 
 def _leaf_specs(value: Any, spec: Any) -> list[Any]:
-    """The spec of each tensor leaf of ``value``, in flatten order (``None`` where none was given)."""
+    """The spec of each tensor leaf of ``value``, in flatten order (``None`` where none is given)."""
     if isinstance(value, torch.Tensor):
         return [spec]
     kids = _pytree_children(value)
@@ -266,12 +264,12 @@ FLOOR = 2  # torch.export's unchecked lower bound of a backed dynamic dim
 
 def relax_floor_derived_lower_bounds(program: torch.export.ExportedProgram) -> dict[Any, tuple[int, int]]:
     """Recomputes each input dim's lower bound above :data:`FLOOR` from the guards that imply it (or, for a dim
-    torch.export replaced by an expression of others, from that expression), with every other dim at the floor it
-    is really checked against (0); where the guards then imply no more than the floor, the dim
-    gets the floor, left unchecked like the dims it is made of. A bound a guard states on the dim alone (a
-    ``torch._check``, a kernel size) is kept. Updates ``range_constraints`` and the shape env; returns
-    ``{symbol: (old lower, new lower)}``. Only for dims whose spec was ``Dim.AUTO`` without a minimum (the
-    ``dynamic=True`` spec): an explicit ``Dim(min=...)`` is the user's bound."""
+    torch.export replaced by an expression of others, from that expression), with every other dim at the floor it is
+    really checked against (0); where the guards then imply no more than the floor, the dim gets the floor, left
+    unchecked like the dims it is made of. A bound a guard states on the dim alone (a ``torch._check``, a kernel size)
+    is kept. Updates ``range_constraints`` and the shape env; returns ``{symbol: (old lower, new lower)}``. Only for
+    dims whose spec is ``Dim.AUTO`` without a minimum (the ``dynamic=True`` spec): an explicit ``Dim(min=...)`` is the
+    user's bound."""
     import sympy
     from torch.utils._sympy.solve import try_solve
     from torch.utils._sympy.value_ranges import ValueRanges

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from engine.patches.registry import swap_attributes
+from engine.swap import swap_attributes
 from engine.pytree import in_field_order, is_cache_object, iter_leaf_tensors
 
 _SKIP_ATTRS = frozenset({"_parameters", "_buffers", "_modules", "training"})

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from engine.patches.registry import swap_attributes
+from engine.swap import swap_attributes
 
 #: ``graph_module.meta`` key of a program traced by :func:`export_decomposed`: the ops of its table
 DECOMPOSED_WITH = "engine.decomposed_with"

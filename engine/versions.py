@@ -21,6 +21,8 @@ logger = logging.getLogger("engine")
 
 DISTRIBUTION = "export-sweep"
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^;,\s]+)")
+#: extras that pin tools of the checkout (the layout checks), not the stack an export runs on
+TOOL_EXTRAS = ("lint",)
 
 
 class VersionDriftWarning(UserWarning):
@@ -34,10 +36,11 @@ def _requirement_strings() -> list[str]:
 
         project = tomllib.loads(pyproject.read_text())["project"]
         reqs = list(project.get("dependencies", []))
-        for extra in project.get("optional-dependencies", {}).values():
-            reqs.extend(extra)
+        for name, extra in project.get("optional-dependencies", {}).items():
+            if name not in TOOL_EXTRAS:
+                reqs.extend(extra)
         return reqs
-    return list(md.requires(DISTRIBUTION) or [])
+    return [r for r in md.requires(DISTRIBUTION) or [] if not any(f'extra == "{e}"' in r for e in TOOL_EXTRAS)]
 
 
 @functools.cache
@@ -62,8 +65,9 @@ def installed_versions() -> dict[str, str | None]:
     return out
 
 
-def _base(version: str) -> str:
-    return version.split("+", 1)[0]  # 2.13.0+cpu is the 2.13.0 pin
+def release_version(version: str) -> str:
+    """``2.13.0+cpu`` -> ``2.13.0``: a local build tag is not part of the pin."""
+    return version.split("+", 1)[0]
 
 
 def installed_in(ranges: Iterable[tuple[str, str]]) -> bool:
@@ -71,7 +75,7 @@ def installed_in(ranges: Iterable[tuple[str, str]]) -> bool:
     (``("torch", ">=2.12,<2.14")``; a local build tag such as ``+cpu`` is ignored)."""
     for package, spec in ranges:
         try:
-            installed = Version(_base(md.version(package)))
+            installed = Version(release_version(md.version(package)))
         except md.PackageNotFoundError:
             return False
         if installed not in SpecifierSet(spec):
@@ -85,7 +89,7 @@ def version_drift() -> dict[str, tuple[str, str]]:
     return {
         name: (pins[name], got)
         for name, got in installed_versions().items()
-        if got is not None and _base(got) != pins[name]
+        if got is not None and release_version(got) != pins[name]
     }
 
 

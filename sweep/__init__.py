@@ -15,5 +15,6 @@ The runner, by concern:
   the gate reads); ``fingerprint``, ``shared_tables`` and ``reuse``: ``--reuse-from``; ``categories``: an error's
   cause as a short phrase.
 - ``matrix`` and ``html``: matrices from rows; ``diff``: two sweeps compared (``export-sweep compare``);
-  ``drift``: the sweep in a second environment; ``cli``: the ``export-sweep`` command.
+  ``drift``: the sweep in a second environment; ``repros``: the skiplists' standalone repros run by name;
+  ``cli``: the ``export-sweep`` command.
 """

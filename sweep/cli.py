@@ -163,11 +163,24 @@ def cmd_drift(args: argparse.Namespace, sweep_args: list[str]) -> int:
         raise CliError(str(e)) from None
 
 
+def cmd_repros(args: argparse.Namespace) -> int:
+    from sweep.packaged import skiplist_dir
+    from sweep.repros import run_all
+
+    folder = Path(args.dir) if args.dir else skiplist_dir() / "repros"
+    if not folder.is_dir():
+        raise CliError(f"no repro folder {folder}")
+    results = run_all(folder, python=args.python or sys.executable, timeout=args.timeout,
+                      out=Path(args.out) if args.out else None)
+    bad = [r for r in results if r.verdict in ("broken", "timeout") or (args.strict and r.verdict == "passes now")]
+    return 1 if bad else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{matrix,merge,compare,skiplist,drift}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{matrix,merge,compare,skiplist,drift,repros}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--strict", action="store_true", help="a corrupt line is an error (default: reported and skipped)")
@@ -212,8 +225,18 @@ def build_parser() -> argparse.ArgumentParser:
                                      "its rows with a baseline; other arguments go to the sweep (python -m sweep)")
     p.add_argument("env", metavar="ENV", help="a venv folder made by ./dev env (e.g. .venv-new) or a python executable")
     p.add_argument("--baseline", default=None, help="the run to compare with (default: the packaged baseline)")
-    p.add_argument("--out", help="report folder (default reports/drift/<old versions>-to-<new versions>)")
+    p.add_argument("--out", help="report folder (default reports/drift/<YYYY-MM>-<moved packages at their new "
+                                  "versions>, e.g. reports/drift/2026-12-torch2.15.0; versions.json inside names all)")
     p.set_defaults(func=cmd_drift, passes_through=True)
+
+    p = sub.add_parser("repros", help="run the standalone repros of the skiplists' failures (skiplists/repros/) and "
+                                      "say which still reproduce, which pass now, which broke; exit 1 on a broken one")
+    p.add_argument("--dir", default=None, help="the repro folder (default: the shipped skiplists' repros/)")
+    p.add_argument("--python", default=None, help="the interpreter to run them with (default: this one)")
+    p.add_argument("--timeout", type=float, default=300, help="seconds a repro may run (default 300)")
+    p.add_argument("--out", default=None, help="also write repros.json into this folder")
+    p.add_argument("--strict", action="store_true", help="a repro that passes now (a stale entry) is an error too")
+    p.set_defaults(func=cmd_repros)
     return parser
 
 

@@ -11,8 +11,11 @@ What counts as *missing* comes from the new folder's run records (:mod:`sweep.ru
 not write, and a case of the old run inside a scope the new runs covered whole (the catalog on a backend) that they
 lack. A case of the old run outside every scope was *not run*: the comparison is a subset, said in one line
 (``subset=True``, ``--subset``, forces it). A folder without run records falls back to the rows' ``selection``.
-``export-sweep compare`` exits non-zero on a regression or a missing case, for CI gating. The Markdown lists at
-most :data:`MARKDOWN_ROWS` rows per section, for a PR comment; ``compare.html`` and ``compare.json`` hold all.
+``export-sweep compare`` exits non-zero on a regression or a missing case, for CI gating. The report opens with
+the regressions and fixes grouped by cause (:func:`by_cause`: a regression by its new failure, a fix by the failure
+it had), each with the upstream link of the skiplist entry that lists its cases where the rows name one. The
+Markdown lists at most :data:`MARKDOWN_ROWS` rows per section, for a PR comment; ``compare.html`` and
+``compare.json`` hold all.
 
 Named ``diff`` (the CLI subcommand stays ``compare``) so that it does not read as :mod:`engine.compare`, which
 compares a case's output leaves.
@@ -21,15 +24,17 @@ compares a case's output leaves.
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sweep.categories import categorize, first_line
-from sweep.matrix import NOT_PASSING, _md
+from sweep.matrix import NOT_PASSING, md_cell
 from sweep.results import case_id, dumps_strict, latest_rows
 
 MARKDOWN_ROWS = 25  # rows per section in compare.md (a PR comment); compare.html has them all
+_UPSTREAM = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+")  # a skiplist entry's link
 
 
 @dataclass
@@ -41,6 +46,8 @@ class Change:
     stage: str | None = None
     category: str | None = None
     error: str | None = None
+    backend: str | None = None
+    link: str | None = None  # the upstream issue or PR of the skiplist entry listing the case, where a row names one
 
 
 @dataclass
@@ -108,8 +115,12 @@ def versions_of(rows: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def _change(cid: str, old: dict | None, new: dict) -> Change:
-    return Change(cid, new["model"], old["status"] if old else None, new["status"], new.get("stage"),
-                  categorize(new), (first_line(new.get("error")) or "")[:300] or None)
+    """A changed case, described by its failure: a fix by the one it had (the old row), anything else by the new."""
+    cause = old if old is not None and new["status"] == "pass" else new
+    entries = [str(row.get("skiplist") or "") for row in (cause, old, new) if row]
+    link = next((m.group(0) for text in entries if (m := _UPSTREAM.search(text))), None)
+    return Change(cid, new["model"], old["status"] if old else None, new["status"], cause.get("stage"),
+                  categorize(cause), (first_line(cause.get("error")) or "")[:300] or None, new.get("backend"), link)
 
 
 def is_partial_run(rows: list[dict]) -> bool:
@@ -175,6 +186,23 @@ def compare_runs(old_rows: list[dict], new_rows: list[dict], *, old_label: str =
     return result
 
 
+def by_cause(c: Comparison) -> list[dict[str, Any]]:
+    """The regressions and fixes grouped by cause (the category, else the error's first line): one row per change
+    kind and cause with its backends, cases, classes and upstream link; regressions first, then most cases first."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for kind, changes in (("regression", c.regressions), ("fix", c.fixes)):
+        for x in changes:
+            cause = x.category or x.error or f"{x.old} -> {x.new}"
+            g = groups.setdefault((kind, cause), {"change": kind, "cause": cause, "backends": set(), "cases": 0,
+                                                  "classes": set(), "link": None})
+            g["backends"].add(x.backend or "?")
+            g["cases"] += 1
+            g["classes"].add(x.model)
+            g["link"] = g["link"] or x.link
+    rows = [{**g, "backends": sorted(g["backends"]), "classes": sorted(g["classes"])} for g in groups.values()]
+    return sorted(rows, key=lambda g: (g["change"] != "regression", -g["cases"], g["cause"]))
+
+
 # ─── Rendering ───────────────────────────────────────────────────────────────────────────────────
 
 def verdict(c: Comparison) -> str:
@@ -196,7 +224,8 @@ def headline(c: Comparison) -> str:
 
 
 def _sections(c: Comparison) -> list[tuple[str, list[str], list[list[Any]]]]:
-    """(title, headers, rows) of every non-empty section, shared by the Markdown and the HTML."""
+    """(title, headers, rows) of every non-empty section, shared by the Markdown and the HTML; the summary by
+    cause first."""
     change_headers = ["case", "before", "now", "stage", "category", "error"]
 
     def change_rows(changes):
@@ -204,6 +233,9 @@ def _sections(c: Comparison) -> list[tuple[str, list[str], list[list[Any]]]]:
 
     pct = f"±{c.time_threshold:.0%} and ≥ {c.min_seconds:g} s"
     sections = [
+        ("Regressions and fixes by cause", ["change", "cause", "backends", "cases", "classes", "upstream"],
+         [[g["change"], g["cause"], ", ".join(g["backends"]), g["cases"], len(g["classes"]), g["link"] or "–"]
+          for g in by_cause(c)]),
         ("Versions that moved", ["package", "before", "now"], [[v["package"], v["old"] or "–", v["new"] or "–"] for v in c.versions]),
         ("Regressions (pass → not passing)", change_headers, change_rows(c.regressions)),
         ("Missing cases (in the old run or selected by the new one, not written)", ["case"], [[x] for x in c.missing]),
@@ -227,7 +259,7 @@ def to_markdown(c: Comparison) -> str:
     for title, headers, rows in _sections(c):
         lines += ["", f"## {title} ({len(rows)})", "", "| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
         for row in rows[:MARKDOWN_ROWS]:
-            lines.append("| " + " | ".join(_md(x) for x in row) + " |")
+            lines.append("| " + " | ".join(md_cell(x) for x in row) + " |")
         if len(rows) > MARKDOWN_ROWS:
             lines += ["", f"… and {len(rows) - MARKDOWN_ROWS} more (compare.html, compare.json)."]
     return "\n".join(lines) + "\n"

@@ -1,13 +1,15 @@
 """Drift: the sweep in a second environment holding other versions of the stack, compared with a baseline.
 
-    ./dev env new torch==2.14.1 transformers==5.24.0     # .venv-new: our pins, with these versions instead
-    export-sweep drift .venv-new --backend=all --models=smoke      # rows + compare in reports/drift/<old>-to-<new>/
+    ./dev env new torch==2.15.0                  # .venv-new: our pins, with these versions instead
+    export-sweep drift .venv-new --models=smoke  # rows + compare in reports/drift/<YYYY-MM>-torch2.15.0/
 
 The second environment installs this checkout (editable) with every pin of ``pyproject.toml`` except the ones
 named, so the only difference between the two runs is the versions that moved. ``export-sweep drift`` runs the
 sweep with that environment's Python (any pytest/sweep argument passes through; ``--resume`` continues a run in
 pieces), then compares the rows with the baseline: ``compare.md``/``compare.html``/``compare.json`` beside the rows,
-exit 1 on a regression (or on a case of the baseline the run lacks, unless the run covers some classes only).
+opening with the regressions and fixes by cause, exit 1 on a regression (or on a case of the baseline the run
+lacks, unless the run covers some classes only). The folder is named by month and the versions that moved
+(:func:`folder_name`); its ``versions.json`` holds the old and new version of every pinned package.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ import json
 import re
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 _REQ = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(\[[^\]]*\])?\s*(.*)$")
 _OVERRIDE = re.compile(r"^([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.+!\-]+)$")
 _SOURCE_TREE = re.compile(r"^([A-Za-z0-9_.\-]+)@(.+)$")
+NAMED_FIRST = ("torch", "transformers")  # what a move is known by, first in its folder's name
+MAX_NAME = 45  # characters of a drift folder's name; the packages past it are in its versions.json
+VERSIONS_FILE = "versions.json"
 
 
 class DriftError(Exception):
@@ -127,23 +133,51 @@ def env_python(env: str) -> Path:
     return python
 
 
-def folder_name(old: dict[str, str], new: dict[str, str | None]) -> str:
-    """``torch-2.13.0_transformers-5.23.0-to-torch-2.14.1_transformers-5.24.0``: the packages that moved."""
-    from engine.versions import _base
+def folder_name(old: dict[str, str], new: dict[str, str | None], when: date | None = None) -> str:
+    """``2026-12-torch2.15.0``: the month and the packages of ``old`` (the baseline's versions) that moved, at their
+    new versions, torch and transformers first. torchvision moving with torch (:func:`companion_pins`) is implied by
+    torch; packages that do not fit in :data:`MAX_NAME` characters are left to the folder's ``versions.json``."""
+    from engine.versions import release_version
 
-    base = lambda v: _base(v or "none")  # noqa: E731 (2.14.1+cu128 is 2.14.1)
-    moved = sorted(n for n in set(old) | set(new) if base(old.get(n)) != base(new.get(n)))
+    base = lambda v: release_version(v or "none")  # noqa: E731 (2.14.1+cu128 is 2.14.1)
+    moved = [n for n in old if base(old[n]) != base(new.get(n))]
+    if "torch" in moved and "torchvision" in moved:
+        try:
+            implied = companion_pins({"torch": base(new.get("torch"))}).get("torchvision")
+        except DriftError:
+            implied = None
+        if implied == base(new.get("torchvision")):
+            moved.remove("torchvision")
+    moved.sort(key=lambda n: (NAMED_FIRST.index(n) if n in NAMED_FIRST else len(NAMED_FIRST), n))
+    name = f"{when or date.today():%Y-%m}"
     if not moved:
-        return "same-versions"
-    return ("_".join(f"{n}-{base(old.get(n))}" for n in moved) + "-to-"
-            + "_".join(f"{n}-{base(new.get(n))}" for n in moved))
+        return f"{name}-same-versions"
+    for i, n in enumerate(moved):
+        part = f"-{n}{base(new.get(n))}"
+        if i and len(name) + len(part) > MAX_NAME:
+            break
+        name += part
+    return name
+
+
+def write_versions(out: Path, old: dict[str, str | None], new: dict[str, str | None]) -> Path:
+    """``out/versions.json``: ``{"old": {...}, "new": {...}}``, every pinned package's version in each run. Refuses
+    a folder whose ``versions.json`` names other new versions: its rows come from another environment."""
+    path = out / VERSIONS_FILE
+    if path.is_file():
+        there = json.loads(path.read_text()).get("new")
+        if there != new:
+            raise DriftError(f"{out} holds a drift run at other versions ({path}: {there}); give another --out")
+    path.write_text(json.dumps({"old": old, "new": new}, indent=1, sort_keys=True) + "\n")
+    return path
 
 
 def run_drift(env: str, baseline: Path | None, out: Path | None, sweep_args: list[str]) -> int:
     """Run the sweep in ``env`` into ``out`` and compare it with ``baseline`` (None: the packaged baseline); the
     compare's exit code."""
     from sweep.diff import compare_runs, headline, versions_of, write_comparison
-    from sweep.packaged import baseline_row_files
+    from sweep.packaged import baseline_row_files, skiplist_dir
+    from sweep.repros import run_all
     from sweep.results import read_rows, rows_path
     from sweep.runs import read_runs
 
@@ -155,8 +189,10 @@ def run_drift(env: str, baseline: Path | None, out: Path | None, sweep_args: lis
         raise DriftError(f"baseline {baseline or '(packaged)'}: {e}") from None
     baseline = baseline or files[0].parent
     new_versions = env_versions(python)
-    out = out or REPO / "reports" / "drift" / folder_name(versions_of(old_rows), new_versions)
+    old_versions = versions_of(old_rows)
+    out = out or REPO / "reports" / "drift" / folder_name(old_versions, new_versions)
     out.mkdir(parents=True, exist_ok=True)
+    write_versions(out, {n: old_versions.get(n) for n in sorted(new_versions)}, new_versions)
     drifted = ", ".join(f"{n} {v}" for n, v in sorted(new_versions.items()) if v)
     print(f"drift: sweeping with {python} ({drifted}) into {out}", flush=True)
     swept = subprocess.run([str(python), "-m", "sweep", f"--report-dir={out}", *sweep_args], cwd=REPO)
@@ -169,6 +205,8 @@ def run_drift(env: str, baseline: Path | None, out: Path | None, sweep_args: lis
     comparison = compare_runs(old_rows, new_rows, old_label=str(baseline), new_label=str(out),
                               new_runs=read_runs(rows_path(out)))
     paths = write_comparison(comparison, out)
+    print("drift: the skiplists' repros at these versions:", flush=True)
+    run_all(skiplist_dir() / "repros", python=str(python), out=out)  # repros.json: which causes are fixed there
     print(("REGRESSIONS: " if comparison.exit_code else "ok: ") + headline(comparison))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return comparison.exit_code

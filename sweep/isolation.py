@@ -27,7 +27,7 @@ from typing import Any
 from sweep.warm_env import WARM_CATALOG_ENV, WARM_ENV, WARMABLE
 
 # engine's package init is lazy: name the modules a case runs, so that the forkserver imports them once
-PRELOAD = ["torch", "transformers", "engine.exporter_dynamo", "engine.generation", "engine.program_io", "sweep.case",
+PRELOAD = ["torch", "transformers", "engine.exporter_dynamo", "engine.generation.loop", "engine.program_io", "sweep.case",
            "sweep.zoo.build"]
 _context: multiprocessing.context.BaseContext | None = None
 

@@ -134,7 +134,7 @@ def build_matrix(rows: list[dict[str, Any]], pins: dict[str, str] | None = None)
 
 # ─── Markdown ────────────────────────────────────────────────────────────────────────────────────
 
-def _md(text: Any) -> str:
+def md_cell(text: Any) -> str:
     text = str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # GitHub renders inline HTML
 
@@ -162,26 +162,25 @@ def _markdown(matrix: dict[str, Any], examples: int) -> str:
              + "".join(f" {n} rows reused from `{where}` (unchanged fingerprint)." for where, n in matrix.get("reused", {}).items()),
              "",
              "## Summary per backend", "",
-             "| backend | " + " | ".join(STATUSES) + " | total | pass rate |",
+             "| backend | " + " | ".join(STATUSES) + " | total | pass rate (of total) |",
              "|---|" + "---:|" * (len(STATUSES) + 2)]
     for col in matrix["columns"]:
         c = matrix["counts"][col]
         total = sum(c.values())
-        ran = total - c["skip"]
-        rate = f"{100 * c['pass'] / ran:.0f}%" if ran else "–"
+        rate = f"{100 * c['pass'] / total:.1f}%" if total else "–"  # skips count: reports/README.md divides so too
         lines.append(f"| {col} | " + " | ".join(str(c[s]) for s in STATUSES) + f" | {total} | {rate} |")
     categories = matrix["categories"]
     if categories:
         failing = sum(g["count"] for g in categories)
         lines += ["", f"## Failures by category ({failing} cases, {len(categories)} causes)", ""]
         for group in categories:
-            lines.append(f"<details><summary><b>{group['count']}</b> × {_md(group['category'])}</summary>")
+            lines.append(f"<details><summary><b>{group['count']}</b> × {md_cell(group['category'])}</summary>")
             lines.append("")
             if examples:
                 lines += ["| model | case | status | stage | error |", "|---|---|---|---|---|"]
                 for case in group["cases"][:examples]:
-                    lines.append(f"| {_md(case['model'])} | {case['column']} | {case['status']} | {_md(case['stage'])} "
-                                 f"| {_md((case['error'] or '')[:200])} |")
+                    lines.append(f"| {md_cell(case['model'])} | {case['column']} | {case['status']} | {md_cell(case['stage'])} "
+                                 f"| {md_cell((case['error'] or '')[:200])} |")
                 more = group["count"] - examples
                 if more > 0:
                     lines.append(f"| … and {more} more | | | | |")

@@ -11,6 +11,8 @@ Each file is a list of causes; an entry names one class, or several sharing the 
       reason: data-dependent loop over image tiles
       link: https://github.com/huggingface/transformers/issues/12345   # or: todo: "<the change needed>"
       versions: {transformers: ">=5.24"}        # optional: the installed versions the cause is known at
+      repro: repros/bucketize_int32.py          # optional: a standalone script showing the failure (sweep.repros)
+      tracker: pytorch/executorch               # optional: where the bug belongs (the repro's upstream)
 
 An entry with ``versions`` applies only where every named package is installed inside its range: a failure that
 a release brings (or fixes) is listed for the versions that have it, so the same file serves the old and new pins
@@ -35,7 +37,8 @@ import yaml
 KINDS = ("export_skip", "onnx_disable_optimize", "generate_skip")
 BACKENDS = ("eager", "dynamo", "onnx", "executorch")
 LINK = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+$")
-KEYS = {"class", "classes", "backends", "reason", "link", "todo", "versions"}
+KEYS = {"class", "classes", "backends", "reason", "link", "todo", "versions", "repro", "tracker"}
+TRACKER = re.compile(r"^[\w.-]+/[\w.-]+$")
 GLOB = re.compile(r"[*?\[]")
 
 
@@ -55,6 +58,8 @@ class SkipEntry:
     line: int
     versions: tuple[tuple[str, str], ...] = ()  # ((package, specifier), ...): where the cause is known
     in_force: bool = True  # the installed versions are inside every range of ``versions`` (checked at load)
+    repro: str | None = None  # a script under the skiplists' folder (``repros/x.py``) that shows the failure
+    tracker: str | None = None  # ``owner/name`` of the project the bug belongs to
 
     def applies(self, class_name: str, backend: str) -> bool:
         return (backend in self.backends and any(fnmatch.fnmatchcase(class_name, c) for c in self.classes)
@@ -62,7 +67,7 @@ class SkipEntry:
 
     @property
     def reference(self) -> str:
-        return self.link or f"TODO: {self.todo}"
+        return (self.link or f"TODO: {self.todo}") + (f"; repro: {self.repro}" if self.repro else "")
 
     @property
     def identity(self) -> str:
@@ -157,6 +162,11 @@ def load_skiplist(path: Path, kind: str, known_class: Callable[[str], bool],
             raise SkiplistError(f"{where}: {label}: give 'link' (the upstream issue) or 'todo' (the model change needed)")
         if link and not LINK.match(str(link)):
             raise SkiplistError(f"{where}: {label}: link {link!r} is not a GitHub issue or pull request URL")
+        repro, tracker = item.get("repro"), item.get("tracker")
+        if repro is not None and not (isinstance(repro, str) and (path.parent / repro).is_file()):
+            raise SkiplistError(f"{where}: {label}: repro {repro!r} is not a file beside the skiplists ({path.parent})")
+        if tracker is not None and not TRACKER.match(str(tracker)):
+            raise SkiplistError(f"{where}: {label}: tracker {tracker!r} is not a GitHub owner/name")
         backends = item.get("backends", ["all"])
         if isinstance(backends, str):
             backends = [backends]
@@ -168,7 +178,7 @@ def load_skiplist(path: Path, kind: str, known_class: Callable[[str], bool],
         if bad:
             raise SkiplistError(f"{where}: {label}: unknown backend(s) {bad}; known: {list(BACKENDS)} or all")
         entry = SkipEntry(kind, tuple(names), tuple(backends), reason.strip(), link, todo, str(path), line, versions,
-                          in_force)
+                          in_force, repro, tracker)
         if in_force:  # entries for other versions may list the same case with the cause found there
             for name in matched:
                 for backend in backends:

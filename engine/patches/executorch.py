@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 import types
 
 import numpy as np
@@ -22,8 +21,8 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
 from torch.utils._sympy.value_ranges import bound_sympy
 
-from engine.patches.model import _TIME_LOOPS_AS_SCANS
-from engine.patches.registry import register_fx_node_fix, register_fx_program_fix, register_patch
+from engine.patches.model.sequence_scans import SCANNED_TIME_LOOPS
+from engine.patches.registry import register_fx_program_fix, register_patch
 
 #: the ExecuTorch releases whose internals these patches were read against: 1.4.1 (the pins) and 1.5.1, whose
 #: patched functions and the helpers they call are unchanged (diffed when following upstream, reports/drift/)
@@ -37,15 +36,11 @@ EXECUTORCH_RANGE = {"executorch": ">=1.4,<1.6"}
 @register_patch("executorch", "torch.nn.functional.scaled_dot_product_attention")
 def _patch_sdpa_output_layout(original):
     """Pattern: a ``view`` of the SDPA output (``attn.transpose(1, 2).reshape(b, s, -1)``, then ``x.view(-1, d)``).
-
-    ``torch.export`` records those reshapes as bare views because the SDPA meta kernel reports a contiguous
-    ``(N, H, L, E)`` output. ExecuTorch's lowering re-decomposes SDPA on CPU through
-    ``_scaled_dot_product_flash_attention_for_cpu``, which returns an ``(L, N, H, E)``-strided buffer, and the
-    recorded view fails: ``Cannot view a tensor with shape [s0, s1, 32] and strides (32, 32*s0, 1)`` (GPT-2's
-    ``Conv1D``). An explicit contiguous ``clone`` of the output is recorded whatever the trace-time layout, and
-    makes every later view valid under either decomposition.
-    Upstream: https://github.com/pytorch/pytorch/issues/136543 (same error from the SDPA decomposition).
-    """
+    ``torch.export`` records those reshapes as bare views because the SDPA meta kernel reports a contiguous ``(N, H, L,
+    E)`` output, but ExecuTorch's lowering re-decomposes SDPA through ``_scaled_dot_product_flash_attention_for_cpu``,
+    which returns an ``(L, N, H, E)``-strided buffer: ``Cannot view a tensor with shape [s0, s1, 32] and strides (32,
+    32*s0, 1)`` (GPT-2's ``Conv1D``). Rewrite: a contiguous ``clone`` of the output, valid under either decomposition.
+    Upstream: https://github.com/pytorch/pytorch/issues/136543 (same error from the SDPA decomposition)."""
 
     def scaled_dot_product_attention(*args, **kwargs):
         return original(*args, **kwargs).clone(memory_format=torch.contiguous_format)
@@ -86,17 +81,14 @@ def _triple(value) -> tuple[int, int, int]:
 
 @register_patch("executorch", "torch.nn.functional.conv3d")
 def _patch_conv3d_as_conv2d_over_time(original):
-    """Pattern: a 3-D convolution whose temporal kernel equals its temporal stride, with no temporal padding or
-    dilation: the tubelet/patch embedding of video models (VideoMAE, ViViT, V-JEPA 2, VideoPrism).
+    """Pattern: a 3-D convolution whose temporal kernel equals its temporal stride, without temporal padding or dilation
+    (video tubelet embeddings). ExecuTorch has no 5-D convolution: XNNPACK does not take it, and the portable kernel
+    fails the loaded method with 0x12 ("Expect input tensor to be 3-D or 4-D").
 
-    ExecuTorch has no 5-D convolution: XNNPACK does not take it, and the portable kernel's argument check
-    (``check_convolution_args``: "Expect input tensor to be 3-D or 4-D") fails the loaded method at run time with
-    error 0x12. Time windows that do not overlap are independent 2-D convolutions, so the input's time axis is
-    folded into the batch (``[N, C, T, H, W]`` -> ``[N * T/kt, C * kt, H, W]``) and the weight's temporal taps into
-    its input channels; the ``conv2d`` is delegated to XNNPACK. Any other 3-D convolution (overlapping or padded
-    in time, string padding) goes to the original. Upstream: no issue found for 5-D convolution in ExecuTorch's
-    portable kernels (TODO: ask for ``conv3d`` there or in XNNPACK's partitioner).
-    """
+    Rewrite: non-overlapping time windows are independent 2-D convolutions, so time folds into the batch (``[N, C, T, H,
+    W]`` -> ``[N * T/kt, C * kt, H, W]``) and the weight's temporal taps into its input channels; the ``conv2d`` goes to
+    XNNPACK. Other 3-D convolutions go to the original. Upstream: no issue found for 5-D convolution in ExecuTorch's
+    portable kernels (TODO: ask for ``conv3d`` there or in XNNPACK's partitioner)."""
 
     def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         if isinstance(padding, str) or input.dim() != 5:
@@ -131,19 +123,14 @@ def _rejecting(original, refused):
 
 @register_patch("executorch", "torch._subclasses.fake_impls.op_implementations_dict", requires=EXECUTORCH_RANGE)
 def _patch_nonzero_planned_row_major(original):
-    """Pattern: any use of ``torch.nonzero`` (``mask.nonzero().squeeze(-1)``, ``argwhere``, index lists built from a
-    mask) in an ExecuTorch program.
+    """Pattern: ``torch.nonzero`` (or ``argwhere``) in an ExecuTorch program. torch's CPU and fake ``nonzero`` return
+    the ``(n, ndim)`` indices column-major (strides ``(1, n)``; https://github.com/pytorch/pytorch/pull/130440), so
+    ExecuTorch plans dim order ``(1, 0)``, but its portable kernel writes them row-major: consumers fail with 0x12
+    (InvalidArgument, 'tensors_have_same_dim_order'), or a copy to contiguous order silently transposes the indices.
 
-    torch's CPU ``nonzero`` returns its ``(n, ndim)`` indices column-major (strides ``(1, n)``), and so does its fake
-    kernel since https://github.com/pytorch/pytorch/pull/130440. ExecuTorch plans the output's dim order from those
-    strides, ``(1, 0)``, but its portable ``nonzero`` kernel writes the indices row-major. Every consumer then fails
-    or computes garbage: ``squeeze_copy``, ``add`` and the other kernels that check their tensors' dim orders stop
-    the program with 0x12 (InvalidArgument, 'tensors_have_same_dim_order'), and a copy to contiguous order
-    transposes the row-major data (wrong indices, no error). While an ExecuTorch program is traced and lowered, the
-    fake kernel returns the indices row-major, as that kernel writes them; values are unchanged (strides are
-    layout, not data). Replaces the fake-kernel table for the export only (restored after). TODO: upstream
-    ExecuTorch issue not found (2026-11-28): the portable kernel could honour the planned dim order instead.
-    """
+    Rewrite: while an ExecuTorch program is traced and lowered, the fake kernel returns row-major indices (strides are
+    layout, not data; the table is restored after). TODO: upstream ExecuTorch issue not found (2026-11-28): the portable
+    kernel could honour the planned dim order instead."""
     nonzero = torch.ops.aten.nonzero.default
     column_major = original[nonzero]
 
@@ -164,16 +151,12 @@ def _patch_nonzero_planned_row_major(original):
 )
 def _patch_dim_order_of_unbacked_strides(original):
     """Pattern: a tensor whose strides hold a data-dependent size, e.g. ``(32*u0, 32, 1)`` after a boolean-mask
-    selection (``pixel_values[real_images_inds]`` in Idefics2/3, SmolVLM, ModernVBert; MusicFlamingo's audio).
-
-    ExecuTorch orders the dims by sorting the strides. Its comparator (``exir/tensor.py``, since
-    https://github.com/pytorch/executorch/pull/19516) proves ``32 < 32*u0`` by divisibility but not the reverse
-    question the sort also asks, ``32*u0 < 32``, and raises GuardOnDataDependentSymNode there. Strides are positive
-    and a multiple of another stride is not smaller than it (where the two may be equal, the dim is 1 long and
-    either order describes the same memory), so that answer is False: the rule the original applies one way,
-    applied both ways, and only to strides the original raised on (every other order stays as it computes it).
-    TODO: upstream issue not found for the reverse comparison.
-    """
+    selection (Idefics2/3's ``pixel_values[real_images_inds]``). ExecuTorch orders dims by sorting the strides; its
+    comparator (``exir/tensor.py``, https://github.com/pytorch/executorch/pull/19516) proves ``32 < 32*u0`` by
+    divisibility but not the reverse ``32*u0 < 32`` the sort also asks, and raises GuardOnDataDependentSymNode. Rewrite:
+    strides are positive and a multiple of a stride is not smaller than it (where equal, the dim is 1 long and either
+    order is the same memory), so the answer is False: the original's rule applied both ways, only where it raised.
+    TODO: upstream issue not found for the reverse comparison."""
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, guard_or_false
 
     def dim_order_from_stride(stride):
@@ -252,17 +235,12 @@ def _patch_tensors_above_xnnpacks_rank(original):
     requires=EXECUTORCH_RANGE,
 )
 def _patch_tanh_gelu_delegated_as_exact_gelu(original):
-    """Pattern: ``gelu(x, approximate="tanh")`` (``gelu_pytorch_tanh``/``gelu_new`` in SigLIP, the Gemma family,
-    GPT-2-style MLPs).
-
-    XNNPACK's partitioner takes every ``aten.gelu`` and its serializer writes an exact (erf) ``XNNGelu`` whatever
-    ``approximate`` says, so the delegated program computes another function: up to 4.7e-4 away from the tanh
-    form (at x = -2.7), which grows over a vision tower past the sweep's 1e-4 (SigLIP's last_hidden_state
-    4.7e-4; eager and ExecuTorch's portable kernels are within 3e-6 of float64). Keep tanh GELU out of the
-    partition: ExecuTorch's portable ``gelu`` kernel implements the tanh form.
-    Upstream: https://github.com/pytorch/executorch/pull/22851 (routes tanh GELU to XNNPACK's approxgelu; merged
-    after 1.5.1).
-    """
+    """Pattern: ``gelu(x, approximate="tanh")`` (``gelu_pytorch_tanh``/``gelu_new``: SigLIP, the Gemma family,
+    GPT-2-style MLPs). XNNPACK's partitioner takes every ``aten.gelu`` and its serializer writes an exact (erf)
+    ``XNNGelu`` whatever ``approximate`` says: up to 4.7e-4 off the tanh form, past the sweep's 1e-4 over a vision
+    tower. Rewrite: tanh GELU stays out of the partition; ExecuTorch's portable ``gelu`` kernel implements the tanh
+    form. Upstream: https://github.com/pytorch/executorch/pull/22851 (routes tanh GELU to XNNPACK's approxgelu; merged
+    after 1.5.1)."""
 
     return _rejecting(original, lambda node: node.kwargs.get("approximate", "none") == "tanh"
                       or (len(node.args) > 1 and node.args[1] == "tanh"))
@@ -275,18 +253,12 @@ def _patch_tanh_gelu_delegated_as_exact_gelu(original):
     requires=EXECUTORCH_RANGE,
 )
 def _patch_conv1d_with_several_dynamic_dims(original):
-    """Pattern: a node XNNPACK runs as a 1-D convolution over ``[batch, channels, length]`` with two or more of
-    those dims dynamic: a ``conv1d`` (Mamba's causal convolution, audio front-ends) or a ``BatchNorm1d``, which
-    XNNPACK rewrites into a depthwise conv1d (``DecomposeBatchNorm``; the convolution module of Conformer-style
-    speech encoders: LASR, Canary, Cohere ASR, Granite Speech).
-
-    XNNPACK runs a conv1d as ``unsqueeze(-1) -> conv2d -> squeeze(-1)`` (``Conv1dUnsqueezePass``, inside the
-    delegate), and that unsqueeze/squeeze pair is a static reshape limited to one dynamic dim, so lowering
-    raises ``XNNPACK reshape only supports 1 dynamic dimension``. Keep such nodes out of the XNNPACK partition;
-    the portable kernels run them.
-    Upstream: the one-dynamic-dim limit is stated in https://github.com/pytorch/executorch/pull/2976; no issue
-    found for the partitioner admitting such nodes (TODO).
-    """
+    """Pattern: a node XNNPACK runs as a 1-D convolution over ``[batch, channels, length]`` with two or more of those
+    dims dynamic: a ``conv1d`` or a ``BatchNorm1d``, which XNNPACK's ``DecomposeBatchNorm`` makes a depthwise conv1d
+    (Conformer-style speech encoders). XNNPACK runs a conv1d as ``unsqueeze(-1) -> conv2d -> squeeze(-1)``, a static
+    reshape limited to one dynamic dim: ``XNNPACK reshape only supports 1 dynamic dimension``. Rewrite: such nodes stay
+    out of the XNNPACK partition; the portable kernels run them. Upstream: the one-dynamic-dim limit is stated in
+    https://github.com/pytorch/executorch/pull/2976; no issue found for the partitioner admitting such nodes (TODO)."""
 
     def runs_as_conv1d_with_several_dynamic_dims(node):
         val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
@@ -295,7 +267,7 @@ def _patch_conv1d_with_several_dynamic_dims(original):
     return _rejecting(original, runs_as_conv1d_with_several_dynamic_dims)
 
 
-@register_patch("executorch", *_TIME_LOOPS_AS_SCANS)
+@register_patch("executorch", *SCANNED_TIME_LOOPS)
 def _patch_time_loops_unrolled_for_executorch(scanned):
     """The time-loop scans of :mod:`engine.patches.model` (RWKV, RecurrentGemma, xLSTM), undone for the ExecuTorch
     exporter (its patches apply after the ones of every exporter): ExecuTorch 1.5.1 does not run the scan (RWKV:
@@ -312,17 +284,13 @@ def _patch_time_loops_unrolled_for_executorch(scanned):
 
 @register_patch("executorch", "torch._subclasses.fake_tensor.op_implementations_checks", requires=EXECUTORCH_RANGE)
 def _patch_slice_copy_with_data_dependent_bounds(original):
-    """Pattern: a slice whose bounds are read from data, ``hidden[0, start : start + n] = features`` with
-    ``start, n`` from ``.tolist()`` (MiniCPM-V 4.6 / MiniCPM-o placing each image's features in the text sequence).
-
-    torch.export traces ``aten.slice`` through fake tensors' data-dependent-safe rule (a fresh size where the
-    bounds' order is unknown), but ExecuTorch's lowering re-traces the functional ``aten.slice_copy``, whose meta
-    decomposition calls torch._decomp's ``slice_forward``, which compares the bounds with plain ``if``s:
-    "Could not guard on data-dependent expression u26 > 16". Give ``slice_copy`` the same fake rule as ``slice``
-    (then a contiguous copy, as ``slice_copy`` returns), for the lowering only.
-    Upstream: the fake rule for ``slice`` is https://github.com/pytorch/pytorch/pull/157944; none found for
-    ``slice_copy`` (TODO).
-    """
+    """Pattern: a slice whose bounds are read from data, ``hidden[0, start : start + n] = features`` with ``start, n``
+    from ``.tolist()`` (MiniCPM-V 4.6, MiniCPM-o). torch.export traces ``aten.slice`` through fake tensors'
+    data-dependent-safe rule, but ExecuTorch's lowering re-traces ``aten.slice_copy``, whose meta decomposition
+    (torch._decomp's ``slice_forward``) compares the bounds with plain ``if``s: "Could not guard on data-dependent
+    expression u26 > 16". Rewrite: ``slice_copy`` gets ``slice``'s fake rule (then a contiguous copy), for the lowering
+    only. Upstream: the fake rule for ``slice`` is https://github.com/pytorch/pytorch/pull/157944; none found for
+    ``slice_copy`` (TODO)."""
     from torch._subclasses import fake_impls
 
     def is_slice_copy(func) -> bool:
@@ -379,23 +347,16 @@ def _evaluate_max(expr, syms, spans) -> int | None:
     requires=EXECUTORCH_RANGE,
 )
 def _patch_loose_upper_bound_of_floordiv_ratios(original):
-    """Pattern: sizes that divide a dynamic length by a function of itself (chunked scans, windows):
-    ``n_chunks = padded // chunk`` then ``padded // n_chunks`` (always ``chunk``).
+    """Pattern: sizes that divide a dynamic length by a function of itself (chunked scans, windows): ``n_chunks = padded
+    // chunk`` then ``padded // n_chunks`` (always ``chunk``). ``eval_upper_bound``'s interval arithmetic bounds ``x //
+    (x // 4)`` by ``upper(x) // lower(x // 4)`` (Mamba2's scan: ``[2, 64, 8, 259, 259]`` buffers for ``[2, 64, 8, 4,
+    4]`` tensors, an arena the runtime fails to load), and where it finds no bound (a divisor ranging to 0) returns the
+    traced hint, which later inputs exceed ("Attempted to resize a bounded tensor with a maximum capacity of 1152
+    elements to 1728 elements").
 
-    ``eval_upper_bound`` bounds a size by interval arithmetic, which evaluates ``x // (x // 4)`` as
-    ``upper(x) // lower(x // 4)``: Mamba2's chunked scan, traced with ``chunk_size=4`` and a length capped at
-    256, plans ``[2, 64, 8, 259, 259]`` buffers for ``[2, 64, 8, 4, 4]`` tensors, a 1.1 GB arena that the runtime
-    then fails to load. Evaluate such expressions exactly at every point of their symbols' ranges when those
-    are small (at most 65536 points; else the interval bound stands); the result is never above the interval
-    bound and is exact.
-
-    Where interval arithmetic finds no bound at all (a divisor whose range reaches 0), ``eval_upper_bound``
-    returns the traced hint, which later inputs exceed: SEW-D's attention view ``(s * ((4*s) // ((4*s*L**2) //
-    (L*(4*L + 4))))), L, L)`` (a ``view(-1, ...)`` torch inferred) was planned for the traced batch of 2, and a
-    batch of 3 failed ``et_view`` at run time ("Attempted to resize a bounded tensor with a maximum capacity of
-    1152 elements to 1728 elements"). There the exact maximum, where it can be evaluated, replaces the hint.
-    Upstream: TODO: upstream issue not found (executorch/exir/sym_util.py, eval_upper_bound).
-    """
+    Rewrite: such expressions are evaluated exactly at every point of their symbols' ranges when small (at most 65536
+    points; else the interval bound stands): exact, never above the interval bound, in place of the hint. Upstream:
+    TODO: upstream issue not found (executorch/exir/sym_util.py, eval_upper_bound)."""
 
     def eval_upper_bound(maybe_symint):
         bound = original(maybe_symint)
@@ -418,19 +379,14 @@ def _patch_loose_upper_bound_of_floordiv_ratios(original):
     requires=EXECUTORCH_RANGE,
 )
 def _patch_view_planned_at_its_base_capacity(original):
-    """Pattern: a view of a dynamic tensor whose dims are other functions of the same symbols than its base's
-    (Mllama's tiled vision attention ``[32, 17, 16]`` viewed as ``[8, 272, 2, 8]``, Qwen2.5-VL's window views
-    ``(s // 4, s // (s // 4), 8)``).
-
-    ExecuTorch plans a view (``et_view``) inside its base's memory, and bounds each dim on its own: the
-    per-dim maxima are reached at different sizes, so the view's planned capacity differs from its base's, above
-    it (34,816 elements in an 8,704-element base: the program fails to load, 0x21 from the hierarchical
-    allocator) or below it (the run fails to resize the view). A view always holds its base's elements, so its
-    capacity is its base's: where the two differ, the view's upper-bound shape becomes ``[base elements, 1,
-    ...]`` (``et_view`` sets the real sizes at run time, checking only the element count against the capacity).
-    Upstream: TODO: upstream issue not found (executorch/exir/passes/replace_view_copy_with_view_pass.py
-    ``_ViewSpec``, concretized per dim by ``ConstraintBasedSymShapeEvalPass``).
-    """
+    """Pattern: a view of a dynamic tensor whose dims are other functions of the same symbols than its base's (Mllama's
+    ``[32, 17, 16]`` viewed as ``[8, 272, 2, 8]``). ExecuTorch plans a view (``et_view``) inside its base's memory but
+    bounds each dim on its own, so the view's capacity can exceed its base's (load fails: 0x21 from the hierarchical
+    allocator) or fall short (the run fails to resize it). Rewrite: a view holds its base's elements, so where the two
+    differ the view's upper-bound shape becomes ``[base elements, 1, ...]`` (``et_view`` sets the real sizes at run
+    time, checking only the element count). Upstream: TODO: upstream issue not found
+    (executorch/exir/passes/replace_view_copy_with_view_pass.py ``_ViewSpec``, concretized per dim by
+    ``ConstraintBasedSymShapeEvalPass``)."""
     from executorch.exir.passes.replace_view_copy_with_view_pass import _ViewSpec
 
     def call(self, graph_module):
@@ -451,12 +407,12 @@ def _patch_view_planned_at_its_base_capacity(original):
 @register_patch("executorch", "executorch.exir.program._program.lift_constant_tensor_pass", requires=EXECUTORCH_RANGE)
 def _patch_lifted_constants_in_placeholder_order(original):
     """Pattern: a program whose first user input is a constant (a ``None`` leaf: the generation components of Gemma 3
-    and Inkling take ``attention_mask`` as a dict of masks, some of them ``None``). ``to_edge`` lifts constant
-    tensors to placeholders inserted before the first *tensor* user input of the graph, but their input specs
-    before the first user input *spec*, the constant one; the two orders then disagree and the verifier fails
-    ("Input spec name _lifted_tensor_constant5 does not match node name attention_mask_full_attention"). The specs
-    are put back in the placeholders' order (a permutation that keeps every user input's own order).
-    TODO(upstream): no issue found (executorch/exir/program/_program.py ``lift_constant_tensor_pass``, 1.5.1)."""
+    and Inkling take ``attention_mask`` as a dict of masks, some ``None``). ``to_edge`` inserts lifted constant
+    placeholders before the first *tensor* user input but their input specs before the first user input *spec*, the
+    constant one, and the verifier fails: "Input spec name _lifted_tensor_constant5 does not match node name
+    attention_mask_full_attention". Rewrite: the specs put back in the placeholders' order (a permutation keeping every
+    user input's order). TODO(upstream): no issue found (executorch/exir/program/_program.py
+    ``lift_constant_tensor_pass``, 1.5.1)."""
 
     def lift_constant_tensor_pass(ep):
         ep = original(ep)
@@ -491,14 +447,12 @@ def _same_values_as(node, source) -> bool:
 def _fix_no_op_buffer_write_back(program) -> None:
     """Drop ``buffer.copy_(buffer.to(device, dtype))`` where that changes nothing.
 
-    Pattern: a forward that re-assigns a buffer to itself moved to the input's device and dtype (CTRL:
-    ``self.pos_encoding = self.pos_encoding.to(device=..., dtype=...)``, modeling_ctrl.py:319). torch.export records
-    the assignment as a write-back into the buffer, which makes it a mutable buffer of the ExecuTorch program: its
-    memory is planned, not loaded from the weights, and the position embeddings read from it were garbage (every
-    CTRLModel output off by up to 4.2, on XNNPACK and portable kernels alike). Where the written value is the
-    buffer's own (same dtype and shape, through ``to``/``_to_copy``/``clone``), the write-back is removed and the
-    buffer stays a constant. TODO(upstream): no issue found (a write-back of an unchanged value as a mutation).
-    """
+    Pattern: a forward re-assigning a buffer to itself, moved (CTRL: ``self.pos_encoding =
+    self.pos_encoding.to(device=..., dtype=...)``). torch.export records a write-back, which makes it a mutable buffer
+    of the ExecuTorch program: planned, not loaded from the weights, so the positions read from it are garbage
+    (CTRLModel off by up to 4.2). Rewrite: where the written value is the buffer's own (same dtype and shape, through
+    ``to``/``_to_copy``/``clone``), the write-back is removed and the buffer stays a constant. TODO(upstream): no issue
+    found (a write-back of an unchanged value as a mutation)."""
     buffers = set(program.graph_signature.inputs_to_buffers)
     graph = program.graph_module.graph
     changed = False
@@ -549,16 +503,13 @@ def _patch_dtype_validator_len_of_tensor_list(original):
     requires=EXECUTORCH_RANGE,
 )
 def _patch_max_dim_outside_the_serializers_dims(original):
-    """Pattern: ``x.max(dim=-1, keepdim=True).values`` on a 4-D tensor (GPT-OSS's attention sinks, MiMo-V2, HY-V4,
-    OpenAI privacy filter) or ``x.max(dim=d)`` without ``keepdim`` (Hiera).
-
-    XNNPACK's partitioner takes any ``max.dim`` of a 4-D input whose indices go unused, but its serializer
-    (``op_max_dim.py``) emits a 2-D pooling that needs ``keepdim=True`` and ``dim`` spelled 2 or 3, and raises
-    ``amax.default only supports dim == 2 or dim == 3`` (or ``... keep_dim == True``) at lowering: ``-1`` is
-    refused although it is dim 3. Reject the nodes the serializer would refuse, with the serializer's own spelling
-    check, so they stay on the portable kernel. Upstream: the same spelling mismatch was fixed for ``mean.dim`` in
-    https://github.com/pytorch/executorch/pull/19206; no issue found for ``max.dim`` (TODO).
-    """
+    """Pattern: ``x.max(dim=-1, keepdim=True).values`` on a 4-D tensor or ``x.max(dim=d)`` without ``keepdim`` (Hiera).
+    XNNPACK's partitioner takes any ``max.dim`` of a 4-D input with unused indices, but its serializer
+    (``op_max_dim.py``) needs ``keepdim=True`` and ``dim`` spelled 2 or 3 and raises ``amax.default only supports dim ==
+    2 or dim == 3`` (or ``... keep_dim == True``): ``-1`` is refused although it is dim 3. Rewrite: the nodes the
+    serializer would refuse (its own spelling check) stay out of the partition, on the portable kernel. Upstream: the
+    same mismatch for ``mean.dim`` is fixed by https://github.com/pytorch/executorch/pull/19206; no issue found for
+    ``max.dim`` (TODO)."""
 
     def refused(node):
         keepdim = len(node.args) > 2 and node.args[2] is True
@@ -579,246 +530,3 @@ def _patch_edge_verifier_python_sym_functions(original):
     from executorch.exir.passes.executorch_prim_ops_registry import _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS
 
     return set(original) | {op for op in _PYTHON_SYM_OPS_TO_EXECUTORCH_SYM_OPS if isinstance(op, types.FunctionType)}
-
-
-# ── Correctness: FX node fixes ──────────────────────────────────────────────────────────────────────────────
-# `_fix_<pattern>(graph_module, node) -> bool` on the traced program, before lowering.
-
-
-#: uninitialised allocations and their zero-filled twins (same arguments, no ``memory_format``)
-_ZEROED = {
-    torch.ops.aten.new_empty.default: torch.ops.aten.new_zeros.default,
-    torch.ops.aten.empty.memory_format: torch.ops.aten.zeros.default,
-    torch.ops.aten.empty_like.default: torch.ops.aten.zeros_like.default,
-}
-
-
-@register_fx_node_fix("executorch", ops=_ZEROED)
-def _fix_symbolic_empty_as_zeros(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Make an uninitialised allocation of a symbolic size (``x.new_empty(b, h, s, d)``, ``torch.empty_like(x)``) a
-    zero-filled one.
-
-    Pattern: DeepSeek-V3's multi-head latent attention (and MiniCPM3, Mistral 4, Kimi Linear, GLM-MoE-DSA...)
-    builds its keys with ``kv_nope.new_empty(...)`` and fills the two halves in place. ExecuTorch's edge passes
-    turn ``aten.empty.memory_format`` into ``dim_order_ops._empty_dim_order``, whose schema takes ``int[] size``,
-    not ``SymInt[]``: calling it on symbolic sizes makes each one a Python int, so the frozen shape environment
-    pins batch and sequence to their traced values and the ``.pte`` accepts only the traced sequence length (and
-    batches up to the traced one). ``zeros`` takes ``SymInt[]`` and lowers to ``full``; an ``empty`` tensor's
-    contents are undefined, so zeros are one of its values. Only symbolic sizes are touched: a static ``empty``
-    keeps its (free) uninitialised allocation. Upstream: no issue found for ``_empty_dim_order``'s ``int[]`` schema
-    (executorch/exir/passes/dim_order_ops_registry.py) (TODO).
-    """
-    zeroed = _ZEROED.get(node.target) if node.op == "call_function" else None
-    val = node.meta.get("val")
-    if zeroed is None or not isinstance(val, torch.Tensor) or not any(free_symbols(d) for d in val.shape):
-        return False
-    if node.kwargs.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
-        return False
-    kwargs = {k: v for k, v in node.kwargs.items() if k != "memory_format"}
-    return _replace_node(gm, node, zeroed, node.args, kwargs)
-
-
-def _replace_node(gm: torch.fx.GraphModule, node: torch.fx.Node, target, args, kwargs) -> bool:
-    """Put a call of ``target`` where ``node`` is (same outputs, so same ``meta``) and drop ``node``."""
-    with gm.graph.inserting_before(node):
-        replacement = gm.graph.call_function(target, tuple(args), kwargs)
-    replacement.meta.update(node.meta)
-    node.replace_all_uses_with(replacement)
-    gm.graph.erase_node(node)
-    return True
-
-
-#: ops whose ``index`` argument (by position) ExecuTorch's edge dialect takes only as int64
-_INDEXED = {op: 2 for op in (torch.ops.aten.scatter_add.default, torch.ops.aten.scatter.src, torch.ops.aten.scatter.value,
-                             torch.ops.aten.scatter_reduce.two, torch.ops.aten.gather.default,
-                             torch.ops.aten.scatter_add_.default, torch.ops.aten.scatter_.src,
-                             torch.ops.aten.scatter_.value, torch.ops.aten.scatter_reduce_.two)}
-
-
-@register_fx_node_fix("executorch")
-def _fix_int32_scatter_index_as_int64(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Cast an int32 ``index`` of ``scatter``/``scatter_add``/``scatter_reduce``/``gather`` to int64.
-
-    Pattern: GLM-5-Next's top-k attention mask counts the selected keys with ``counts.scatter_add_(-1, indices,
-    ones)`` on int32 indices, which torch accepts; ExecuTorch's edge verifier allows only int64 indices for these
-    ops ("These operators are taking Tensor inputs with mismatched dtypes: aten.scatter_add.default ... 'index':
-    torch.int32"). The same indices as int64 select the same elements. TODO: upstream issue not found.
-    """
-    position = _INDEXED.get(node.target) if node.op == "call_function" else None
-    if position is None or len(node.args) <= position or not isinstance(node.args[position], torch.fx.Node):
-        return False
-    index = node.args[position]
-    if getattr(index.meta.get("val"), "dtype", None) != torch.int32:
-        return False
-    from engine.patches.torch_export import _call
-
-    node.update_arg(position, _call(gm, node, torch.ops.aten._to_copy.default, index, dtype=torch.int64))
-    return True
-
-
-@register_fx_node_fix("executorch")
-def _fix_cat_of_empty_tensors_as_full(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Make a ``torch.cat`` whose inputs are all empty, with symbolic sizes in its shape, an ``aten.full`` of that
-    shape whose symbolic sizes are graph nodes (``sym_size`` of the inputs, summed along the cat dim).
-
-    Pattern: a zero-width rotary half of a cache that no-rope layers keep, ``(batch, heads, length, 0)``,
-    concatenated with the past (GLM-5-Next's and Mistral Large 4's ``cache.update(k_pass, k_rot)``). ExecuTorch's
-    ``PruneEmptyTensorsPass`` replaces such a cat by ``aten.full(tuple(shape), 0)``, writing the ``SymInt`` sizes
-    into the node's arguments as values, not graph nodes, and the emitter fails: "Unsupported type encountered in
-    int list". Left as a cat, the runtime's cat kernel gives the empty output another shape. The same ``full``
-    with its sizes computed in the graph is what the pass means. TODO: upstream issue not found
-    (executorch/exir/passes/prune_empty_tensors_pass.py, introduced by https://github.com/pytorch/executorch/pull/7954).
-    """
-    if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
-        return False
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-
-    inputs = node.args[0]
-    out = node.meta.get("val")
-    if not isinstance(out, torch.Tensor) or not free_symbols(out.shape) or not all(
-            isinstance(i, torch.fx.Node) and statically_known_true(i.meta["val"].numel() == 0) for i in inputs):
-        return False
-    dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % out.dim()
-    inputs = [i for i in inputs if i.meta["val"].dim() == out.dim()]  # torch.cat skips legacy 1-D (0,) tensors
-    if not inputs:
-        return False
-    from engine.patches.torch_export import _call
-
-    def size_of(tensor: torch.fx.Node, d: int):  # an int, or a sym_size node of a symbolic size
-        size = tensor.meta["val"].shape[d]
-        return _call(gm, node, torch.ops.aten.sym_size.int, tensor, d) if free_symbols(size) else int(size)
-
-    def add(a, b):
-        return a + b if isinstance(a, int) and isinstance(b, int) else _call(gm, node, operator.add, a, b)
-
-    sizes = [functools.reduce(add, (size_of(t, d) for t in inputs), 0) if d == dim else size_of(inputs[0], d)
-             for d in range(out.dim())]
-    return _replace_node(gm, node, torch.ops.aten.full.default, (sizes, 0), {"dtype": out.dtype, "device": out.device})
-
-
-_SORTS = (torch.ops.aten.sort.default, torch.ops.aten.sort.stable)
-
-
-_ARGSORTS = (torch.ops.aten.argsort.default, torch.ops.aten.argsort.stable)
-
-
-@register_fx_node_fix("executorch")
-def _fix_sort_as_topk(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Make ``torch.sort(x, dim, descending)`` (and ``torch.argsort``) a ``torch.topk(x, x.shape[dim], dim,
-    largest=descending)``.
-
-    Pattern: JetMoE sorts its routed expert ids to group tokens by expert; SAM-HQ sorts point scores. The
-    ExecuTorch runtime's portable kernels have no ``sort`` (``kernel 'aten::sort.values' not found``: the method
-    fails to load with 0x14), but have ``topk``, which with ``k`` the whole dim and ``sorted=True`` returns the same
-    values and indices (for tied values an unstable sort may order the indices either way, as ``sort`` itself
-    may). A stable sort (``stable=True``) keeps its ``sort``: ``topk`` does not promise the order of ties.
-    Upstream: no issue found for a portable ``sort`` kernel in ExecuTorch (TODO).
-    """
-    if node.op != "call_function" or node.target not in (*_SORTS, *_ARGSORTS) or node.kwargs.get("stable"):
-        return False
-    source = node.args[0]
-    src_val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
-    if not isinstance(src_val, torch.Tensor) or src_val.dim() == 0:
-        return False
-    # sort/argsort.default(self, dim=-1, descending=False); .stable(self, *, stable, dim=-1, descending=False)
-    positional = node.args[1:] if node.target in (torch.ops.aten.sort.default, torch.ops.aten.argsort.default) else ()
-    dim = positional[0] if len(positional) > 0 else node.kwargs.get("dim", -1)
-    descending = positional[1] if len(positional) > 1 else node.kwargs.get("descending", False)
-    length = src_val.shape[dim]
-    with gm.graph.inserting_before(node):
-        if free_symbols(length):
-            k = gm.graph.call_function(torch.ops.aten.sym_size.int, (source, dim % src_val.dim()))
-            k.meta["val"] = length
-        else:
-            k = int(length)
-    topk_args = (source, k, dim, bool(descending), True)
-    if node.target in _SORTS:  # same (values, indices) outputs
-        return _replace_node(gm, node, torch.ops.aten.topk.default, topk_args, {})
-    # argsort: the indices of topk
-    with gm.graph.inserting_before(node):
-        topk = gm.graph.call_function(torch.ops.aten.topk.default, topk_args)
-    topk.meta.update({**node.meta, "val": (src_val, node.meta.get("val"))})
-    return _replace_node(gm, node, operator.getitem, (topk, 1), {})
-
-
-#: node meta key marking a modulo this module already rewrote (the fixes may run over a graph twice)
-_FLOORED = "engine.floored_mod"
-
-
-@register_fx_node_fix("executorch")
-def _fix_symbolic_mod_as_floored(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Make ``a % b`` of symbolic sizes ``((a % b) + b) % b``.
-
-    Pattern: a model pads a length to a multiple of a block, ``pad = (-length) % block`` (LongT5's local attention).
-    Python's ``%`` is floored (the result takes the divisor's sign: ``-24 % 128 == 104``); the ExecuTorch runtime's
-    ``executorch_prim::mod`` computes C's truncated remainder (``-24``), so LongT5's padded length came out 0, a
-    block count of 0 followed, and dividing by it killed the process (SIGFPE). ``((a % b) + b) % b`` is the floored
-    remainder under both rules, for every sign of ``a`` and ``b``. TODO: upstream issue not found
-    (``kernels/prim_ops/register_prim_ops.cpp`` computes ``a.toInt() % b.toInt()``; its floordiv is floored).
-    """
-    if node.op != "call_function" or node.target is not operator.mod or node.meta.get(_FLOORED):
-        return False
-    a, b = node.args
-    values = [x.meta.get("val") if isinstance(x, torch.fx.Node) else x for x in (a, b)]
-    if not any(isinstance(v, torch.SymInt) for v in values) or not all(isinstance(v, (int, torch.SymInt)) for v in values):
-        return False
-    graph = gm.graph
-    with graph.inserting_before(node):
-        remainder = graph.call_function(operator.mod, (a, b))
-        shifted = graph.call_function(operator.add, (remainder, b))
-        floored = graph.call_function(operator.mod, (shifted, b))
-    remainder.meta["val"] = values[0] % values[1]
-    shifted.meta["val"] = remainder.meta["val"] + values[1]
-    floored.meta.update(node.meta)
-    for rewritten in (remainder, floored):
-        rewritten.meta[_FLOORED] = True
-    node.replace_all_uses_with(floored)
-    return True
-
-
-_CONSTANT_PADS = (torch.ops.aten.pad.default, torch.ops.aten.constant_pad_nd.default)
-
-
-@register_fx_node_fix("executorch")
-def _fix_negative_pad_as_slice(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Make a constant pad with negative amounts a slice (the crop), then a pad by the positive amounts.
-
-    Pattern: a model shifts a sequence by one step with ``nn.ZeroPad2d((0, 0, 1, -1))`` (RWKV's time shift): a
-    negative pad crops that end, as torch allows. ExecuTorch's ``constant_pad_nd`` kernel rejects it ("Padding values
-    must be non-negative", 0x12 at run time). A slice from ``-left`` to ``right`` (a negative end) crops the same
-    rows. TODO: upstream issue not found (``kernels/portable/cpu/util/kernel_ops_util.cpp`` checks ``pad[i] >= 0``).
-    """
-    if node.op != "call_function" or node.target not in _CONSTANT_PADS:
-        return False
-    x, pad, *rest = node.args
-    if node.target is torch.ops.aten.pad.default:
-        mode = rest[0] if rest else node.kwargs.get("mode", "constant")
-        value = rest[1] if len(rest) > 1 else node.kwargs.get("value")
-        if mode != "constant":
-            return False
-    else:
-        value = rest[0] if rest else node.kwargs.get("value", 0)
-    value = 0.0 if value is None else value
-    current_val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-    fake_mode = getattr(current_val, "fake_mode", None)
-    if fake_mode is None or not all(isinstance(p, int) for p in pad) or min(pad, default=0) >= 0:
-        return False
-    graph, current = gm.graph, x
-    carried = {k: v for k, v in node.meta.items() if k != "val"}
-    steps = []
-    for i in range(len(pad) // 2):  # pad pairs run from the last dim backwards
-        left, right = pad[2 * i], pad[2 * i + 1]
-        if left < 0 or right < 0:
-            dim = current_val.dim() - 1 - i
-            steps.append((torch.ops.aten.slice.Tensor, (dim, max(-left, 0), right if right < 0 else torch.iinfo(torch.int64).max)))
-    if any(p > 0 for p in pad):
-        steps.append((torch.ops.aten.constant_pad_nd.default, ([max(p, 0) for p in pad], value)))
-    with graph.inserting_before(node):
-        for op, args in steps:
-            current = graph.call_function(op, (current, *args))
-            with fake_mode:
-                current_val = op(current_val, *args)
-            current.meta.update(carried)
-            current.meta["val"] = current_val
-    node.replace_all_uses_with(current)
-    return True

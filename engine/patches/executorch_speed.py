@@ -1,9 +1,8 @@
 """ExecuTorch speed patches: the same lowering, computed once where ExecuTorch computes it many times.
 
-Registered for ``"executorch"`` and active while the program is lowered (stage 4). None changes what is lowered:
-each docstring names the repeated work it removes and what it measured, and ``tests/engine/patches/`` checks the
-lowered program is the same with the patch disabled (:func:`engine.patches.patch_disabled`).
-"""
+Registered for ``"executorch"`` and active while the program is lowered (stage 4). None changes what is lowered: each
+docstring names the repeated work it removes (what each saves is in ``bench/README.md``), and ``tests/engine/patches/``
+checks the lowered program is the same with the patch disabled (:func:`engine.patches.patch_disabled`)."""
 
 from __future__ import annotations
 
@@ -29,19 +28,14 @@ class _NoRun(torch.fx.Interpreter):
     requires=EXECUTORCH_RANGE,
 )
 def _patch_edge_dtype_check_from_meta(original):
-    """Pattern: the edge verifier's dtype check (``_check_tensor_args_matching_op_allowed_dtype``) runs on every
-    verification of an edge program, 34 times while lowering a tiny Llama, and each time re-executes the whole
-    graph on fake tensors (an ``fx.Interpreter``) only to learn the dtypes of each edge op's tensor arguments.
-    Every node already records its value in ``node.meta["val"]`` (the validator itself reads the outputs from
-    there): 1.2 of 10.7 s of a Llama export, 3.7 of 28 s of a T5.
+    """Pattern: the edge verifier's dtype check (``_check_tensor_args_matching_op_allowed_dtype``) re-executes the whole
+    graph on fake tensors on every verification of an edge program, only to learn the dtypes of each edge op's tensor
+    arguments, which ``node.meta["val"]`` already records.
 
-    This hands ExecuTorch's own validator (``EdgeOpArgValidator``, same dtype rules) each node's arguments as
-    their recorded values instead of running the ops. A graph with a delegate call passes unchecked, as it does
-    unpatched (the interpreter stops at the first higher-order op and the check returns); a node whose arguments
-    lack a recorded value, or any violation found, goes to the original check, so its verdict and its error
-    message are ExecuTorch's. Not an upstream bug: a cost of the verifier's design
-    (executorch/exir/verification/verifier.py), worth an upstream proposal.
-    """
+    Rewrite: ExecuTorch's own validator (``EdgeOpArgValidator``, same rules) gets each node's recorded values instead. A
+    graph with a delegate call passes unchecked, as unpatched; a node without a recorded value, or any violation, goes
+    to the original check, so verdicts and messages are ExecuTorch's. Not an upstream bug: a cost of
+    executorch/exir/verification/verifier.py, worth an upstream proposal."""
     from executorch.exir.verification.arg_validator import EdgeOpArgValidator
     from torch._ops import HigherOrderOperator
 
@@ -110,16 +104,13 @@ def fuse_operator_passes(passes: list, operator_passes: dict[type, bool]) -> lis
 
 @register_patch("executorch", "executorch.exir.program._program._generate_edge_program", requires=EXECUTORCH_RANGE)
 def _patch_fused_edge_passes(original):
-    """Pattern: ``to_edge`` turns the ATen program into the edge dialect with 13 passes, and 9 of them are
-    ``ExportPass``es that retrace the whole graph on fake tensors with symbolic shapes, 0.25 to 0.45 s each for a
-    tiny Llama. Seven of those only rewrite one operator call at a time (:func:`_operator_pass_classes`).
+    """Pattern: ``to_edge`` runs 13 passes; 9 are ``ExportPass``es that each retrace the whole graph on fake tensors,
+    and seven of those only rewrite one operator call at a time (:func:`_operator_pass_classes`).
 
-    This is ExecuTorch 1.4's (and 1.5's, identical) ``_generate_edge_program`` (executorch/exir/program/_program.py) with its pass list
+    Rewrite: ExecuTorch 1.4/1.5's ``_generate_edge_program`` (executorch/exir/program/_program.py) with its pass list
     put through :func:`fuse_operator_passes`: NormalizeTranspose, ReplaceBrokenOps and ScalarToTensor retrace once
-    together, and RemoveMixedTypeOperators, OpReplace and MemoryFormatOps once together: four retraces fewer. The
-    ``.pte`` bytes are unchanged (``bench/bench_executorch.py --check-identical _patch_fused_edge_passes``).
-    Not an upstream bug: a cost of the pass design, worth an upstream proposal.
-    """
+    together, RemoveMixedTypeOperators, OpReplace and MemoryFormatOps once together. Four retraces fewer, the same
+    ``.pte`` bytes. Not an upstream bug: a cost of the pass design, worth an upstream proposal."""
     from executorch.exir.program import _program as steps
 
     operator_passes = _operator_pass_classes()
@@ -175,24 +166,20 @@ def _graph_structure(graph_module: torch.fx.GraphModule) -> list:
 
 @register_patch("executorch", "executorch.backends.xnnpack._passes.XNNPACKPassManager.transform", requires=EXECUTORCH_RANGE)
 def _patch_xnnpack_idle_retraces(original):
-    """Pattern: XNNPACK's preprocess runs its 17 graph passes on every delegated partition, and nearly every pass
-    ends with ``super().call(graph_module)``: a full retrace of the partition on fake tensors with symbolic
-    shapes, then a new ExportedProgram and its verification, whether or not the pass found anything to rewrite
-    (``ConvertToUpsampleBilinear2d`` on a model without upsampling). A tiny Llama has 25 partitions, so 375
-    retraces, 3.6 of the 11.8 CPU seconds of its whole export, and 15 of the 17 passes change nothing.
+    """Pattern: XNNPACK's preprocess runs 17 passes on every delegated partition, and nearly each ends with
+    ``super().call(graph_module)`` (a full retrace on fake tensors, a new ExportedProgram, its verification) whether or
+    not it rewrote anything (``ConvertToUpsampleBilinear2d`` on a model without upsampling).
 
-    This runs the same passes in the same order, and skips the retrace of a pass that edits the graph before
-    retracing (:func:`_rewrites_before_retracing`) when its edits left every node as it was, reporting the
-    pass as not modifying the program. Passes that rewrite during the retrace always run it. The ``.pte``
-    bytes are unchanged (``bench/bench_executorch.py --check-identical``). Not an upstream bug: a cost of the
-    pass design (executorch/backends/xnnpack/_passes/__init__.py), worth an upstream proposal.
-    """
+    Rewrite: the same passes in the same order; one that edits the graph before retracing
+    (:func:`_rewrites_before_retracing`) skips the retrace when no node changed, reporting the program unmodified.
+    Passes that rewrite during the retrace always run it. Same ``.pte`` bytes. Not an upstream bug: a cost of
+    executorch/backends/xnnpack/_passes/__init__.py, worth an upstream proposal."""
     from executorch.backends.xnnpack._passes import XNNPACKPass
     from executorch.exir.pass_base import ExportPass
     from executorch.exir.program._program import _transform
     from torch.fx.passes.infra.pass_base import PassResult
 
-    from engine.patches import swap_attributes
+    from engine.swap import swap_attributes
 
     retrace = ExportPass.call
     unchanged_since: dict[int, list] = {}  # id(graph module) -> its structure when the running pass started
@@ -235,14 +222,12 @@ def _patch_xnnpack_idle_retraces(original):
 @register_patch("executorch", "executorch.exir.lowered_backend_module.legalize_graph", requires=EXECUTORCH_RANGE)
 def _patch_partition_legalize_without_child_recompiles(original):
     """Pattern: ``create_submodule_from_nodes`` fuses each delegated partition into a ``call_module`` node, then
-    re-sorts the whole program with ``legalize_graph(gm)``, which assigns ``gm.graph`` and so recompiles ``gm``
-    and every GraphModule child of it: the partitions fused before, none of which the sort touches. With P
-    partitions that is P * (P - 1) / 2 child recompiles; a tiny HrmText has 218 partitions, and lowering it
-    spent about 25 of its 122 s there. The sort and the parent's recompile run as before; only the children's
-    recompile is skipped, as their graphs and code are unchanged (the ``.pte`` bytes are the same:
-    ``bench/bench_executorch.py --check-identical``).
-    TODO(upstream): no executorch issue found; the partitions could be fused first and the program sorted once.
-    """
+    re-sorts the program with ``legalize_graph(gm)``, which assigns ``gm.graph`` and so recompiles ``gm`` and every
+    GraphModule child: the partitions fused before, which the sort never touches (P * (P - 1) / 2 child recompiles).
+
+    Rewrite: the sort and the parent's recompile run; the children's recompile is skipped, as their graphs and code are
+    unchanged (same ``.pte`` bytes). TODO(upstream): no executorch issue found; the partitions could be fused first and
+    the program sorted once."""
 
     def legalize_graph(gm):
         gm._recompile_submodules = list  # an instance attribute: recompile() calls it instead of the method
@@ -256,22 +241,17 @@ def _patch_partition_legalize_without_child_recompiles(original):
 
 @register_patch("executorch", "executorch.exir.program._program.edge_to_executorch_passes", requires=EXECUTORCH_RANGE)
 def _patch_spec_prop_reuses_the_dim_order_retrace(original):
-    """Pattern: ``to_executorch`` runs ``LegalizePortableDimOrderPass``, an ``ExportPass`` that retraces the whole
-    program on fake tensors (inserting a dim-order copy where a portable kernel needs one), and right after it
-    ``SpecPropPass``, whose first step is a plain ``ExportPass()`` retrace "to ensure [metadata] is up to date"
-    before it attaches the tensor specs. The metadata the first retrace just produced is what the second one
-    recomputes. When the two passes are adjacent in the list (ExecuTorch 1.4's and 1.5's ``edge_to_executorch_passes``), they
-    become one ``SpecPropPass`` whose metadata retrace *is* the dim-order pass: one whole-program retrace fewer
-    per export: ``to_executorch`` 1.26 -> 0.92 CPU s for a tiny Llama, 0.79 -> 0.52 s for a tiny ViT (exports of
-    5 to 9 s; ``bench/bench_executorch.py --check-identical _patch_spec_prop_reuses_the_dim_order_retrace --timed
-    executorch.exir.program._program.EdgeProgramManager.to_executorch``, on a loaded machine). The ``.pte`` bytes
-    are unchanged on the 12 test architectures.
-    Not an upstream bug: a cost of the pass design, worth an upstream proposal.
-    """
+    """Pattern: ``to_executorch`` runs ``LegalizePortableDimOrderPass`` (an ``ExportPass``: a whole-program retrace on
+    fake tensors) and right after it ``SpecPropPass``, whose first step is a plain ``ExportPass()`` retrace "to ensure
+    [metadata] is up to date": the metadata the first retrace just produced.
+
+    Rewrite: where the two are adjacent in the list (ExecuTorch 1.4/1.5's ``edge_to_executorch_passes``), one
+    ``SpecPropPass`` whose metadata retrace *is* the dim-order pass: one retrace fewer, the same ``.pte`` bytes. Not an
+    upstream bug: a cost of the pass design, worth an upstream proposal."""
     from executorch.exir.passes import spec_prop_pass
     from executorch.exir.passes.legalize_portable_dim_order_pass import LegalizePortableDimOrderPass
 
-    from engine.patches import swap_attributes
+    from engine.swap import swap_attributes
 
     class LegalizeDimOrderThenSpecProp(spec_prop_pass.SpecPropPass):
         def __call__(self, graph_module):
@@ -297,18 +277,12 @@ def _is_one_off_class(cls: type) -> bool:
                 requires={**EXECUTORCH_RANGE, "torch": ">=2.4"})
 def _patch_lazy_graph_module_recompiles(original):
     """Pattern: every ``torch.fx.GraphModule(root, graph)`` an ExecuTorch pass builds, and every ``gm.graph = ...``,
-    recompiles the module on the spot: Python source generated for the whole graph and ``compile()``d, though
-    lowering reads the graph and almost never the code. Each ``ExportPass`` builds at least one per pass, XNNPACK's
-    preprocess 17 per partition, the pass manager recompiles after each pass: lowering a tiny FunnelModel did
-    15,370 recompiles, 44 of its 213 profiled CPU s (a tiny Llama: 2,095, 2.2 of 13.4 s).
+    generates and ``compile()``s the whole graph's code on the spot, though lowering almost never reads the code.
 
-    While lowering, a new plain GraphModule is built as torch's own ``_LazyGraphModule`` (what
-    ``torch.fx._lazy_graph_module._use_lazy_graph_module`` gives Inductor): ``recompile()`` only marks it, and the
-    code is generated when the module is first called or its ``code`` is read (pickling, ``print_readable``). The
-    graphs, and so the ``.pte`` bytes, are the same (``bench/bench_executorch.py --check-identical``). GraphModule
-    subclasses (torch.export's stateful module) are built as before. Not an upstream bug: ExecuTorch's passes build
-    GraphModules directly instead of through ``_make_graph_module``; worth an upstream proposal.
-    """
+    Rewrite: while lowering, a plain GraphModule is built as torch's ``_LazyGraphModule`` (as ``_use_lazy_graph_module``
+    does for Inductor): ``recompile()`` only marks it; the code is generated on first call or read of ``code``. Same
+    graphs and ``.pte`` bytes; GraphModule subclasses are untouched. Not an upstream bug: ExecuTorch builds GraphModules
+    directly, not through ``_make_graph_module``; worth an upstream proposal."""
     from torch.fx._lazy_graph_module import _LazyGraphModule
     from torch.fx.graph import _PyTreeCodeGen
     from torch.fx.graph_module import GraphModule
@@ -337,19 +311,14 @@ def _patch_lazy_graph_module_recompiles(original):
     requires=EXECUTORCH_RANGE,
 )
 def _patch_partition_merge_cycle_check_by_intersection(original):
-    """Pattern: XNNPACK's ``GroupBasedPartitioner`` tries to merge every pair of its candidate partitions, and each
-    try asks, for every node outside the pair that uses it, ``any(n in combined_nodes for n in
-    downstreams_of(node))``: a Python loop over that node's whole transitive downstream set (hundreds of nodes)
-    to find one of the few nodes of the pair. A tiny LongcatFlashModel made 34,685 tries and 415 million loop
-    steps: 58 of its 278 profiled CPU s.
+    """Pattern: XNNPACK's ``GroupBasedPartitioner`` tries to merge every pair of candidate partitions, each try asking
+    ``any(n in combined_nodes for n in downstreams_of(node))`` for every outside user: a loop over a whole transitive
+    downstream set to find one of the pair's nodes.
 
-    During a try, ``downstreams_of`` answers with the downstream set's intersection with the pair's nodes (a set
-    operation over the smaller set); the original check then loops over that and reaches the same verdict, since
-    a node of the downstream set is in the pair exactly when it is in the intersection. The partitions, and so the
-    ``.pte`` bytes, are the same (``bench/bench_executorch.py --check-identical``).
-    Not an upstream bug: a cost of the check's form (executorch/exir/backend/canonical_partitioners/
-    group_partitioner.py); worth an upstream proposal (``isdisjoint`` in place of ``any``).
-    """
+    Rewrite: during a try, ``downstreams_of`` answers with that set's intersection with the pair's nodes; the check
+    reaches the same verdict (a downstream node is in the pair iff it is in the intersection): same ``.pte`` bytes. Not
+    an upstream bug: a cost of executorch/exir/backend/canonical_partitioners/group_partitioner.py; worth an upstream
+    proposal (``isdisjoint`` in place of ``any``)."""
 
     def _can_merge_partitions(self, p1, p2, partitions_by_id):
         pair = partitions_by_id[p1].nodes.keys() | partitions_by_id[p2].nodes.keys()
@@ -375,21 +344,17 @@ def _not_rendered(graph_module: torch.fx.GraphModule) -> str:
     requires=EXECUTORCH_RANGE,
 )
 def _patch_partition_loop_without_debug_rendering(original):
-    """Pattern: ExecuTorch's partition loops (``backend_api._create_partitions_in_graph_module`` and
-    ``_partition_and_lower_one_graph_module``) log ``logging.debug(f"Partitioned graph module:
-    {tagged_graph_module}")`` after fusing each partition: the f-string is built whether or not debug logging is
-    on, and ``str()`` of a GraphModule generates the Python code of the whole program. With P partitions that is
-    P whole-program code generations: a tiny Sam3LiteTextModel has 135 partitions, 18 of its 139 profiled CPU s.
+    """Pattern: ExecuTorch's partition loops (``_create_partitions_in_graph_module`` and its lowering twin) call
+    ``logging.debug(f"Partitioned graph module: {tagged_graph_module}")`` per partition: the f-string is built even with
+    debug logging off, and ``str()`` of a GraphModule generates the whole program's code.
 
-    While the root logger (the one ``logging.debug`` writes to) is not enabled for DEBUG, the message is discarded,
-    so the program's ``str()`` answers a short placeholder for the duration of the loop; with DEBUG on, the loop
-    runs untouched and logs the full code. Only the partitioned module's own one-off class changes (each
-    GraphModule has one), and it is restored after. Not an upstream bug: eager f-strings in ``logging.debug``
-    (executorch/exir/backend/backend_api.py); worth an upstream proposal (``logging.debug("...%s", gm)``).
-    """
+    Rewrite: while the root logger is not enabled for DEBUG (the message is discarded anyway), the program's ``str()``
+    answers a short placeholder for the loop (its one-off class, restored after); with DEBUG on, the loop runs
+    untouched. Not an upstream bug: eager f-strings in executorch/exir/backend/backend_api.py; worth an upstream
+    proposal (``logging.debug("...%s", gm)``)."""
     import logging
 
-    from engine.patches import swap_attributes
+    from engine.swap import swap_attributes
 
     def partition_loop(tagged_graph_module, *args, **kwargs):
         own_class = type(tagged_graph_module)
@@ -407,18 +372,14 @@ def _patch_partition_loop_without_debug_rendering(original):
     requires=EXECUTORCH_RANGE,
 )
 def _patch_memory_planning_allocation_ends_once(original):
-    """Pattern: ExecuTorch's greedy memory planner places each tensor (largest first) by scanning every earlier
-    allocation of a buffer for lifetime overlaps, and for each overlapping one recomputes where it ends,
-    ``alloc.offset + alloc.spec.allocated_memory``: the tensor's byte size from its shape and dtype, rounded to
-    its alignment, again on every scan. A tiny LongcatFlashModel recomputed 3.1 million sizes of ~2,000 tensors:
-    12.8 of its 222 profiled CPU s.
+    """Pattern: ExecuTorch's greedy memory planner places each tensor by scanning every earlier allocation of a buffer
+    for lifetime overlaps, recomputing each overlapping one's end, ``alloc.offset + alloc.spec.allocated_memory`` (the
+    aligned byte size from shape and dtype), on every scan.
 
-    The same scan, with each allocation's end computed once: an allocation's offset and tensor are fixed when it
-    is made, and the greedy planner realigns a tensor only before allocating it. Ends are kept for the
-    allocation object itself (held, so its ``id`` is not reused) for one lowering. The plan, and so the ``.pte``
-    bytes, are the same (``bench/bench_executorch.py --check-identical``). Not an upstream bug: a cost of
-    executorch/exir/memory_planning.py; worth an upstream proposal (the end as an ``AllocationSpec`` field).
-    """
+    Rewrite: each allocation's end computed once (its offset and tensor are fixed when it is made; a tensor is realigned
+    only before its own allocation), kept per allocation object (held, so its ``id`` is not reused) for one lowering.
+    The same plan and ``.pte`` bytes. Not an upstream bug: a cost of executorch/exir/memory_planning.py; worth an
+    upstream proposal (the end as an ``AllocationSpec`` field)."""
     ends: dict[int, tuple] = {}  # id(allocation) -> (allocation, its end)
 
     def _find_max_overlapping_allocations_offset(sobj, spec) -> int:

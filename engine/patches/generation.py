@@ -83,14 +83,13 @@ _STATIC_SLIDING = "transformers.cache_utils.StaticSlidingWindowLayer"
 
 @register_patch("generation", f"{_STATIC_SLIDING}.__init__")
 def _patch_static_sliding_window_counter_init(original):
-    """Pattern: ``StaticSlidingWindowLayer`` keeps a Python int (``cumulative_length_int``) that picks its write
-    branch and its mask sizes, so an exported decode step bakes the traced length in (as
+    """Pattern: ``StaticSlidingWindowLayer`` keeps a Python int (``cumulative_length_int``) that picks its write branch
+    and its mask sizes, so an exported decode step bakes the traced length in (as
     https://github.com/huggingface/transformers/issues/44609 describes for compiled generation).
 
-    For exported generation steps the layer behaves as a full static layer: a buffer of ``max_cache_len``
-    written at its tensor counter, mask sizes ``(max_cache_len, 0)``; the sliding-window mask still limits
-    attention to the window, so tokens are unchanged. The cost is memory: the window is not used to size it.
-    """
+    For exported generation steps the layer behaves as a full static layer: a buffer of ``max_cache_len`` written at its
+    tensor counter, mask sizes ``(max_cache_len, 0)``; the sliding-window mask still limits attention to the window, so
+    tokens are unchanged. The cost is memory: the buffer is ``max_cache_len`` long, not the window."""
     from transformers.cache_utils import StaticLayer
 
     def __init__(self, max_cache_len: int, sliding_window: int, **kwargs):

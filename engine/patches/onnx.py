@@ -34,20 +34,14 @@ ATTENTION_OPSET = 23
 def _patch_sdpa_fully_masked_rows(original: Callable) -> Callable:
     """Zero the output rows whose boolean mask attends to no key, as torch's SDPA does (opsets < 23).
 
-    Pattern: a causal mask combined with left padding (any batched decoder prompt: llama, gpt2, qwen3, gemma3,
-    CLIP's text tower) leaves query rows that may attend to nothing. torch's SDPA returns zeros there
-    (``_safe_softmax``, https://github.com/pytorch/pytorch/issues/103749). Below opset 23, torchlib lowers a
-    boolean-mask SDPA to ``Softmax``; it used to match torch with ``Where(IsNaN(softmax), 0, softmax)`` over a
-    ``-inf`` mask (https://github.com/microsoft/onnxscript/pull/2479), but since
-    https://github.com/microsoft/onnxscript/pull/2654 the mask uses the lowest finite float, the softmax never
-    yields NaN and such rows average every value instead; the error spreads to every later layer (llama at
-    opset 20: logits off by 0.1). TODO: no upstream issue found for that regression.
-    From opset 23 torch.onnx emits the ONNX ``Attention`` op, which onnxruntime computes as torch does, so the
-    patch then leaves SDPA alone.
+    Pattern: a causal mask with left padding (batched decoder prompts) leaves query rows attending to nothing, where
+    torch's SDPA returns zeros (``_safe_softmax``, https://github.com/pytorch/pytorch/issues/103749). Below opset 23
+    torchlib masks ``Softmax`` with the lowest finite float (https://github.com/microsoft/onnxscript/pull/2654, dropping
+    the NaN-to-0 of https://github.com/microsoft/onnxscript/pull/2479), so such rows average every value (llama at opset
+    20: logits off by 0.1). TODO: no upstream issue found for that regression.
 
-    The rewrite keeps SDPA and zeroes, after it, the rows whose mask is all False. Float masks are left alone:
-    there torch and ONNX agree (both average over a finite minimum, both give NaN over ``-inf``).
-    """
+    Rewrite: SDPA, then the all-False rows zeroed. Float masks (torch and ONNX agree) and opset >= 23 (ONNX
+    ``Attention`` computes as torch) are left alone."""
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, *args, **kwargs):
         output = original(query, key, value, attn_mask, *args, **kwargs)
@@ -67,19 +61,14 @@ def _static_one(size) -> bool:
 def _patch_sdpa_broadcasts_for_attention_op(original: Callable) -> Callable:
     """Spell out the broadcasts of SDPA's batch, key/value heads and its mask's query rows (opset >= 23).
 
-    Pattern: torch's SDPA broadcasts its inputs. A Q-Former cross-attends one set of learned queries (batch 1) to
-    every window of the encoder's output (GraniteSpeech's projector). Falcon's multi-query attention passes a key
-    and a value with one head for four query heads, without ``enable_gqa``. BERT-style encoders (LayoutLM) pass a
-    padding mask shaped ``(batch, 1, 1, kv_len)``, one row for every query. From opset 23, torch.onnx lowers SDPA
-    to the ONNX ``Attention`` op, and none of these survives that:
-    - torchlib's ``aten_scaled_dot_product_attention_23`` asserts "SDPA (MHA) requires q_num_heads = kv_num_heads";
-    - onnxruntime's CPU kernel fails with "inconsistent batch_size (between Q and K)" and "inconsistent
-      q_sequence_length (between attn_mask and Q)".
-    Expanding the batch of one to the other's, the single key/value head to the query heads, and the single
-    mask row to the query length, gives the same values: an ``expand`` is the broadcast torch does anyway. Below
-    opset 23, SDPA lowers to plain MatMul/Softmax, which broadcast, so the patch then leaves SDPA alone. TODO: upstream issue not found
-    (torch/onnx/_internal/exporter/_torchlib/ops/nn.py; onnxruntime attention_helper.h).
-    """
+    Pattern: SDPA inputs that broadcast: a batch of 1 (a Q-Former's queries: GraniteSpeech), one key/value head without
+    ``enable_gqa`` (Falcon), a ``(batch, 1, 1, kv_len)`` mask (LayoutLM). The ONNX ``Attention`` op (opset >= 23)
+    refuses them: "SDPA (MHA) requires q_num_heads = kv_num_heads" (torchlib), "inconsistent batch_size (between Q and
+    K)", "inconsistent q_sequence_length (between attn_mask and Q)" (onnxruntime).
+
+    Rewrite: ``expand`` each to the other's size, torch's own broadcast: same values. Below opset 23 (MatMul/Softmax
+    broadcast) SDPA is left alone. TODO: upstream issue not found (torch/onnx/_internal/exporter/_torchlib/ops/nn.py;
+    onnxruntime attention_helper.h)."""
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, *args, **kwargs):
         if (TARGET_OPSET.get() or 0) >= ATTENTION_OPSET and query.dim() == 4:
@@ -111,14 +100,12 @@ def _patch_sdpa_broadcasts_for_attention_op(original: Callable) -> Callable:
 def _patch_prepare_for_export(original: Callable) -> Callable:
     """Run the FX node fixes (stage 3) again right after ``run_decompositions``.
 
-    Pattern: ``torch.onnx.export`` decomposes the ``ExportedProgram`` with its own table before translating it,
-    so an op a fix targets can first appear in the decomposed graph (an overload the table introduces, a
-    symbolic guard). This hooks the private step that does it (``torch/onnx/_internal/exporter/_core.py``); if
-    a torch upgrade renames it, hook wherever ``decompose_with_registry`` is called instead. None of the twelve
-    test architectures needs the second pass yet (``_fix_contiguous_as_clone`` must run before decomposition,
-    where the failing ``view`` is produced); ``test_fx_fixes_run_again_after_decomposition`` proves the hook.
-    Not an upstream bug: the hook is how the fixes reach the decomposed graph. No upstream issue applies.
-    """
+    Pattern: ``torch.onnx.export`` decomposes the ``ExportedProgram`` with its own table before translating it, so an op
+    a fix targets can first appear in the decomposed graph (an overload the table introduces, a symbolic guard). This
+    hooks the private step that does it (``torch/onnx/_internal/exporter/_core.py``); if a torch upgrade renames it,
+    hook wherever ``decompose_with_registry`` is called. No test architecture needs the second pass yet;
+    ``test_fx_fixes_run_again_after_decomposition`` proves the hook. Not an upstream bug: the hook is how the fixes
+    reach the decomposed graph. No upstream issue applies."""
 
     def prepare(exported_program, *args, **kwargs):
         result = original(exported_program, *args, **kwargs)
@@ -136,15 +123,12 @@ def _patch_prepare_for_export(original: Callable) -> Callable:
 def _fix_contiguous_as_clone(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Make ``aten.contiguous`` an explicit ``clone(memory_format=contiguous_format)``.
 
-    Pattern: ``attn_output.reshape(b, -1, q, d).transpose(1, 2).contiguous()`` followed by ``.reshape(...)``
-    (transformers' ``sdpa_attention_forward``, then T5's output projection). ``torch.onnx.export`` decomposes
-    with ``backed_size_oblivious=True``: under dynamic shapes ``contiguous()`` cannot prove a copy is needed
-    and returns the transposed view, the next ``reshape`` becomes a ``view``, and decomposition fails with
-    "Cannot view a tensor with shape [s0, s1, 4, 8] and strides ... as a tensor with shape (s0, s1, 32)"
-    (https://github.com/pytorch/pytorch/issues/141107). A clone always materialises the layout, and ONNX has
-    no strides, so the copy costs nothing in the exported model. Needed on the two-pass path only
-    (``OnnxConfig(single_trace=False)``): a single trace decomposes ``contiguous()`` outside that mode.
-    """
+    Pattern: ``attn_output.transpose(1, 2).contiguous()`` then ``.reshape(...)`` (T5's attention output).
+    ``torch.onnx.export`` decomposes with ``backed_size_oblivious=True``, where ``contiguous()`` cannot prove a copy is
+    needed and returns the transposed view; the ``reshape`` becomes a ``view`` and fails: "Cannot view a tensor with
+    shape [s0, s1, 4, 8] and strides ... as a tensor with shape (s0, s1, 32)"
+    (https://github.com/pytorch/pytorch/issues/141107). A clone always materialises the layout, and ONNX has no strides,
+    so it costs nothing exported. Two-pass path only (``OnnxConfig(single_trace=False)``)."""
     if node.op != "call_function" or node.target is not torch.ops.aten.contiguous.default:
         return False
     with gm.graph.inserting_before(node):
@@ -166,14 +150,11 @@ _SCALAR_FIRST_ARITHMETIC = {torch.ops.aten.sub.Tensor, torch.ops.aten.add.Tensor
 def _fix_scalar_first_arithmetic_promoted(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Cast the tensor operand of ``number - int_tensor`` to the result's dtype before the op.
 
-    Pattern: ``1.0 - mask`` on an integer or boolean mask (XLNet, ProphetNet, Mllama's cross-attention mask,
-    TimesFM) is ``aten.rsub.Scalar(mask, 1.0)``, decomposed to ``aten.sub.Tensor(1.0, mask)`` with the Python
-    float in the ``Tensor`` slot. torch.onnx's type-promotion pass casts ``mask`` to float and re-resolves the
-    overload from the new arguments, which no ``aten.sub`` overload takes (a float, then a tensor), so the export
-    fails with "Cannot find a compatible OpOverload for aten.sub" (https://github.com/pytorch/pytorch/issues/194381).
-    Casting the tensor to the dtype torch computes in (the result's) is the promotion torch does itself, so the
-    values are the same, and the pass has nothing left to promote.
-    """
+    Pattern: ``1.0 - mask`` on an integer or boolean mask (XLNet, ProphetNet, Mllama, TimesFM): ``aten.rsub.Scalar(mask,
+    1.0)``, decomposed to ``aten.sub.Tensor(1.0, mask)``. torch.onnx's type-promotion pass casts ``mask`` to float and
+    re-resolves the overload from (float, tensor), which no ``aten.sub`` overload takes: "Cannot find a compatible
+    OpOverload for aten.sub" (https://github.com/pytorch/pytorch/issues/194381). Casting the tensor to the result's
+    dtype is the promotion torch does itself: same values, nothing left to promote."""
     if node.op != "call_function" or node.target not in _SCALAR_FIRST_ARITHMETIC:
         return False
     scalar_first = node.target is torch.ops.aten.rsub.Scalar or isinstance(node.args[0], (bool, int, float))
@@ -202,14 +183,12 @@ def _fix_scalar_first_arithmetic_promoted(gm: torch.fx.GraphModule, node: torch.
 def _patch_decompose_once(original: Callable) -> Callable:
     """Leave a program traced straight to ONNX's ATen IR as it is, instead of decomposing it again.
 
-    Pattern: ``torch.onnx.export`` retraces every ``ExportedProgram`` through ``run_decompositions`` with the
-    table of ops its registry does not implement. A program :meth:`OnnxExporter.export_program` traced with that
-    same table (:mod:`engine.single_trace`) is already decomposed: the retrace would redo the whole trace's
-    symbolic-shape work for an identical graph. Checked against the registry ``torch.onnx.export`` passes: any
-    other table, a program traced the usual way, or one where an FX fix left an op the table decomposes, is
-    decomposed as before. Not an upstream bug: torch.onnx cannot know how the program was traced. No upstream
-    issue applies.
-    """
+    Pattern: ``torch.onnx.export`` retraces every ``ExportedProgram`` through ``run_decompositions`` with the table of
+    ops its registry does not implement. A program traced with that same table (:mod:`engine.single_trace`) is already
+    decomposed: the retrace would redo the symbolic-shape work for an identical graph. Checked against the registry
+    ``torch.onnx.export`` passes: any other table, a program traced the usual way, or one an FX fix left with an op the
+    table decomposes, is decomposed as usual. Not an upstream bug: torch.onnx cannot know which table traced the
+    program. No upstream issue applies."""
 
     def decompose_with_registry(exported_program, registry):
         traced_with = decomposed_with(exported_program)
@@ -250,9 +229,9 @@ _TABLES: dict[tuple[frozenset, int, int], dict] = {}
 def _decomposition_table(registry) -> dict:
     """``torch.onnx``'s decomposition table for a registry: the default decompositions of what it does not implement.
 
-    Built once per set of implemented ops (0.065 CPU s a build, twice per export: the trace's table and the
-    check of ``_patch_decompose_once``); a newly loaded op library or decomposition builds it again. A copy is
-    returned, so a caller that edits it leaves the cache as it was."""
+    Built once per set of implemented ops (an export needs it twice: the trace's table and the check of
+    ``_patch_decompose_once``); a newly loaded op library or decomposition builds it again. A copy is returned, so a
+    caller that edits it leaves the cache unchanged."""
     from torch.onnx._internal.exporter import _decomp
 
     implemented = frozenset(_decomp.get_onnx_implemented_overloads(registry))
@@ -276,11 +255,9 @@ def _patch_registry_from_torchlib(original: Callable) -> Callable:
     """Build torchlib's registry once per opset instead of on every ``torch.onnx.export``.
 
     Pattern: ``torch.onnx.export`` rebuilds ``ONNXRegistry.from_torchlib(opset)`` on every call, resolving about a
-    thousand torchlib op names to overloads: about 0.4 s of CPU per export, 5-10 % of exporting a small model,
-    paid again for every model of a sweep. The registry is cached per opset (and per set of loaded op libraries)
-    and each export gets a copy of its overload lists, so the custom translations ``torch.onnx.export`` registers
-    into it (stage 4) never leak into the cache. TODO: upstream issue not found.
-    """
+    thousand torchlib op names to overloads, again for every model of a sweep. The registry is cached per opset (and per
+    set of loaded op libraries) and each export gets a copy of its overload lists, so the custom translations
+    ``torch.onnx.export`` registers into it (stage 4) never leak into the cache. TODO: upstream issue not found."""
 
     def from_torchlib(opset_version=None):
         from torch.onnx._internal.exporter import _constants, _registration
@@ -306,20 +283,15 @@ def _patch_registry_from_torchlib(original: Callable) -> Callable:
 def _patch_type_promotion_reads_node_values(original: Callable) -> Callable:
     """Take each node's fake value from ``node.meta["val"]`` instead of re-running it, unless it is promoted.
 
-    Pattern: ``torch.onnx.export``'s ``InsertTypePromotion`` pass interprets the whole decomposed program in fake
-    mode, re-running every node only to rebuild the values ``run_decompositions`` just stored in
-    ``node.meta["val"]``; the promotion rules need the values of a node's inputs, and only a promoted node (a
-    cast inserted, or an overload changed) gets a new value, which the pass computes and stores itself
-    (``_rerun_node_after_type_promotion``). Every other call node now reads its stored value; placeholders,
-    the output and nodes without a stored value run as before. The pass took 0.24 to 0.95 CPU s of a tiny model's
-    ``torch.onnx.export`` (Llama, T5, Whisper, BERT, FalconH1), 8 to 18 % of it; now 0.01 to 0.05 s
-    (``bench/bench_onnx_patch.py --step export --timed ...insert_type_promotion_nodes``). The exported models
-    are the same byte for byte (``test_type_promotion_without_reruns_writes_the_same_model``, on the two-pass
-    path). It also keeps single-trace programs (:mod:`engine.single_trace`) exportable: the pass runs under
-    ``backed_size_oblivious``, where re-running the ``view`` that T5's trace recorded on the transpose of the
-    attention output fails the stride check of https://github.com/pytorch/pytorch/issues/141107.
-    TODO(upstream): no pytorch issue found; the pass could seed its environment from ``node.meta["val"]``.
-    """
+    Pattern: ``torch.onnx.export``'s ``InsertTypePromotion`` pass re-runs every node of the decomposed program in fake
+    mode to rebuild the values already in ``node.meta["val"]``; only a promoted node gets a new value, which the pass
+    computes itself.
+
+    Rewrite: other call nodes read their stored value (placeholders, the output and nodes without one run): same model
+    bytes. This also keeps single-trace programs exportable: under ``backed_size_oblivious``, re-running the ``view`` T5
+    records on the transposed attention output fails the stride check of
+    https://github.com/pytorch/pytorch/issues/141107. TODO(upstream): no pytorch issue found; the pass could seed its
+    environment from ``node.meta["val"]``."""
     from torch.onnx._internal.fx.passes.type_promotion import get_type_promotion_rule
 
     def run_node(self, node):
@@ -339,15 +311,13 @@ def _patch_type_promotion_reads_node_values(original: Callable) -> Callable:
 def _patch_multi_output_match_checks_its_first_node(original: Callable) -> Callable:
     """Reject a node of the wrong op before enumerating candidates for a multi-output rewrite pattern.
 
-    Pattern: the optimizer's rewriter tries every rule at every node. For a rule whose pattern has several
-    output nodes, ``SimplePatternMatcher.match`` first groups every node of the graph by op, then tries the given
-    node as the first output node: a whole-graph walk per node, quadratic in the graph's size, even where the
-    node's op rules the match out at once. A tiny Lfm2 (7,607 nodes) spent 60 of its 113 s of ONNX export
-    there. The node's op type and domain are checked first, as the first step of the original's match does;
-    a mismatch fails the match as the original would, only without the walk (the optimised models are the same:
-    ``test_optimize_with_first_node_check_writes_the_same_model``).
-    TODO(upstream): no onnxscript issue found; ``match`` could check the first output node before grouping.
-    """
+    Pattern: the optimizer's rewriter tries every rule at every node; for a pattern with several output nodes,
+    ``SimplePatternMatcher.match`` first groups every node of the graph by op, then tries the node as the first output
+    node: a whole-graph walk per node, quadratic in graph size.
+
+    Rewrite: the node's op type and domain are checked first, the original's own first step; a mismatch fails without
+    the walk (same models: ``test_optimize_with_first_node_check_writes_the_same_model``). TODO(upstream): no onnxscript
+    issue found; ``match`` could check the first output node before grouping."""
     from onnxscript.rewriter import _basics
 
     def match(self, model, graph_or_function, node, *args, **kwargs):

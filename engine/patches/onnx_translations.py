@@ -36,17 +36,13 @@ _ONNX_DTYPE: dict[torch.dtype, ir.DataType] = {
 def _aten_grouped_mm(mat_a: TFloat, mat_b: TFloat, offs: INT64, bias: TFloat | None = None, out_dtype: Any = None) -> TFloat:
     """MoE grouped matmul: ``out[r] = mat_a[r] @ mat_b[g(r)]`` for rows sorted by group, ``offs`` = group ends.
 
-    Pattern: the experts of Mixtral-style MoE layers run as ``aten._grouped_mm`` (bf16 on CUDA) or, in fp32 and
-    on CPU, as transformers' opaque custom op ``transformers::grouped_mm_fallback`` (same ``(input, weight,
-    offs)`` contract). torchlib has no lowering for either, so the export stops with "No ONNX function found".
-    TODO: upstream issue not found (torchlib has no ``_grouped_mm``; the custom op is transformers-defined).
+    Pattern: Mixtral-style MoE experts run as ``aten._grouped_mm`` (bf16 on CUDA) or as transformers' custom op
+    ``transformers::grouped_mm_fallback`` (same contract); torchlib lowers neither: "No ONNX function found". TODO:
+    upstream issue not found (torchlib has no ``_grouped_mm``; the custom op is transformers-defined).
 
-    The group count ``G = mat_b.shape[0]`` is static (the number of experts), so the product unrolls into one
-    ``Slice`` of rows + ``MatMul`` per group and a final ``Concat``; an empty group slices zero rows. This never
-    materialises a per-row copy of the weights. Half-precision operands are multiplied in float32 and the
-    result cast back (or to ``out_dtype``): that is what the kernel does (it accumulates in float32), and
-    onnxruntime's CPU provider has no bfloat16 ``MatMul``.
-    """
+    Rewrite: the group count ``mat_b.shape[0]`` is static, so one row ``Slice`` + ``MatMul`` per group and a ``Concat``.
+    Half-precision operands multiply in float32, cast back (or to ``out_dtype``), as the kernel accumulates;
+    onnxruntime's CPU provider has no bfloat16 ``MatMul``."""
     groups = mat_b.shape[0] if mat_b.shape is not None else None
     if not isinstance(groups, int):
         raise ValueError("_grouped_mm: the number of groups (mat_b.shape[0]) must be static to lower to ONNX")
@@ -110,14 +106,12 @@ def _aten_group_norm(input: TFloat, num_groups: int, weight: TFloat | None = Non
                      eps: float = 1e-05, cudnn_enabled: bool = True) -> TFloat:
     """``torch.nn.functional.group_norm`` with the variance of the centred values, ``mean((x - mean)**2)``.
 
-    Pattern: every ``nn.GroupNorm`` (ResNet-style and audio-codec blocks, Bit's backbone, Vocos decoders). From
-    opset 21, torch.onnx lowers ``aten.group_norm`` to one ``GroupNormalization-21`` node, which onnxruntime runs
-    without a native kernel of that version (microsoft/onnxruntime#24538) and whose result, in onnxruntime as in
-    ``onnx.reference``, loses the variance of groups whose mean is large against their spread: inputs of mean 1
-    and standard deviation 1e-3 normalise 0.1 off torch's result (catastrophic cancellation, as in
-    pytorch/pytorch#94261 for the older lowering). torch computes the variance of the centred values; so does
-    this lowering, in float32 for half inputs (torch's CPU kernel accumulates in float too).
-    """
+    Pattern: every ``nn.GroupNorm`` (ResNet-style and audio-codec blocks). From opset 21 torch.onnx lowers
+    ``aten.group_norm`` to ``GroupNormalization-21``, which onnxruntime runs without a native kernel of that version
+    (microsoft/onnxruntime#24538) and which, there as in ``onnx.reference``, loses the variance of groups whose mean is
+    large against their spread (mean 1, std 1e-3: 0.1 off torch; catastrophic cancellation, as in
+    pytorch/pytorch#94261). Rewrite: torch's centred variance, in float32 for half inputs (torch's CPU kernel
+    accumulates in float too)."""
     dtype = input.dtype
     half = dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
     x = op.Cast(input, to=ir.DataType.FLOAT.value) if half else input
@@ -178,14 +172,12 @@ def _aten_sub_scalar(self: TTensor, other: Any, alpha: float = 1.0) -> TTensor:
 def _aten_mul_scalar(self: TTensor, other: Any) -> TTensor:
     """``tensor * s`` where ``s`` is a float computed from symbolic sizes (a ``SymFloat``).
 
-    Pattern: a scale derived from the input's size, e.g. ``coords * (size / 16)`` in a vision tower's position
-    grid (DeepSeek-OCR-2, Unlimited-OCR), is traced as ``aten.mul.Scalar(tensor, truediv)`` with the ``SymFloat``
-    as a graph value. torchlib's ``aten_mul_scalar`` (likewise ``add``/``sub``) builds its operand with
-    ``ir.tensor(other)``, which only takes a Python number, so the export stops with "float() argument must be
-    a string or a real number, not 'SymbolicTensor'". Here a symbolic scalar is cast to the tensor's dtype
-    (what torch computes in); a Python number gives torchlib's own constant.
-    TODO: upstream issue not found (onnxscript's ``aten_*_scalar`` lowerings, torch_lib/ops/core.py).
-    """
+    Pattern: ``coords * (size / 16)`` (the position grids of DeepSeek-OCR-2 and Unlimited-OCR), traced as
+    ``aten.mul.Scalar(tensor, truediv)`` with the ``SymFloat`` a graph value. torchlib's ``aten_mul_scalar`` (and
+    ``add``/``sub``) builds it with ``ir.tensor(other)``, which takes only a Python number: "float() argument must be a
+    string or a real number, not 'SymbolicTensor'". Rewrite: a symbolic scalar is cast to the tensor's dtype (what torch
+    computes in); a Python number gets torchlib's own constant. TODO: upstream issue not found (onnxscript's
+    ``aten_*_scalar`` lowerings, torch_lib/ops/core.py)."""
     return _torchlib_mul(self, _scalar_operand(other, self))
 
 

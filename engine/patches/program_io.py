@@ -1,16 +1,13 @@
 """The ``.pt2`` round trip (``torch.export.save`` / ``load``): what the serializer cannot write, and its repeated work.
 
-Correctness: FX node fixes registered for ``"dynamo"``, run on every exported program (stage 3), so that the
-program :class:`engine.DynamoExporter` returns can be saved and loaded. Speed: patches registered for ``"pt2"``,
-active only inside :func:`engine.program_io.save_program` and :func:`engine.program_io.load_program`.
-``torch.export.save`` prints every symbolic size of every node's tensor metadata with ``sympy.srepr``, and
-``torch.export.load`` parses each of those strings back with ``sympy.sympify`` and rebuilds each node's fake
-tensor. A graph holds a few dozen distinct size expressions, repeated on every node: a tiny Qwen3-Next program
-parses 3,648 of them, which is 28 of the 38 CPU seconds its load takes under cProfile. The schema's type hints
-are also resolved again for every serialised dataclass (pytorch/pytorch#196452). The speed patches compute each
-distinct value once per save or load; the loaded program is the same (``tests/engine/test_program_io.py``
-compares graphs, metadata and ranges).
-"""
+Correctness: FX node fixes registered for ``"dynamo"``, run on every exported program (stage 3), so that the program
+:class:`engine.DynamoExporter` returns can be saved and loaded. Speed: patches registered for ``"pt2"``, active only
+inside :func:`engine.program_io.save_program` and :func:`engine.program_io.load_program`. ``torch.export.save`` prints
+every symbolic size of every node's tensor metadata with ``sympy.srepr``, and ``torch.export.load`` parses each of those
+strings back with ``sympy.sympify`` and rebuilds each node's fake tensor, though a graph holds only a few dozen distinct
+size expressions, repeated on every node. The schema's type hints are also resolved again for every serialised dataclass
+(pytorch/pytorch#196452). The speed patches compute each distinct value once per save or load; the loaded program is the
+same (``tests/engine/test_program_io.py`` compares graphs, metadata and ranges)."""
 
 from __future__ import annotations
 
@@ -92,14 +89,12 @@ def _fix_drop_set_grad_region_without_outputs(gm: torch.fx.GraphModule, node: to
 
 @register_patch("pt2", "torch.fx.experimental.symbolic_shapes._free_unbacked_symbols_with_path", requires=_TORCH)
 def _patch_constant_unbacked_symbols_need_no_binding(original):
-    """Pattern: a data-dependent size that the program checks equal to a constant (``torch._check(n == 1)``; the
-    sequence-classification heads' "one EOS count per row": ``unique_consecutive(...).numel() == 1``). Its range
-    is saved as ``[1, 1]``, so on load the shape env replaces the symbol by 1; the deserializer then finds no node
-    that binds it (every size simplifies to the constant) and refuses the program: "expected no unbacked symbols,
-    got 1: {u0}". A symbol whose value is fixed needs no binding: after each binding pass, pending symbols the shape
-    env has pinned to one value are dropped (the program's runtime asserts still check the size). Minimal
-    reproduction in ``tests/engine/test_program_io.py``. TODO: upstream issue not found.
-    """
+    """Pattern: a data-dependent size the program checks equal to a constant (``torch._check(n == 1)``; the
+    sequence-classification heads' ``unique_consecutive(...).numel() == 1``). Its range is saved as ``[1, 1]``, so on
+    load the shape env replaces the symbol by 1, the deserializer finds no node that binds it and refuses the program:
+    "expected no unbacked symbols, got 1: {u0}". A symbol whose value is fixed needs no binding: after each binding
+    pass, pending symbols the shape env pinned to one value are dropped (the runtime asserts still check the size).
+    Reproduction in ``tests/engine/test_program_io.py``. TODO: upstream issue not found."""
 
     def free_unbacked_symbols_with_path(*args, **kwargs):
         found = original(*args, **kwargs)

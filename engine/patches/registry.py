@@ -11,6 +11,9 @@ same version range check, wherever it is written (the scope modules of :mod:`eng
 - **FX node fixes** ``_fix_<pattern>(graph_module, node) -> bool`` rewrite single nodes; return True
   when the node was consumed. Dead code is eliminated after each walk.
 - **FX program fixes** ``_fix_<pattern>(exported_program) -> None`` repair program-level state.
+- **Trace contexts** ``context(model) -> context manager`` for patches whose targets are found on the model at
+  trace time (its submodules, its config): entered around ``torch.export`` after the forward is flattened, exited
+  (restoring the model) after it; each yields what it changed, or something falsy.
 
 Name each function after the *pattern* it replaces, never after a model, and say in its docstring
 which pattern and, for upstream bugs, which upstream issue.
@@ -20,7 +23,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import importlib
 import sys
 import types
 import logging
@@ -28,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from engine.swap import resolve_dotted_path, swap_attributes
 from engine.versions import installed_in
 
 logger = logging.getLogger("engine")
@@ -56,6 +59,7 @@ _PATCHES: dict[str, list[Patch]] = {b: [] for b in BACKENDS}
 _FX_NODE_FIXES: dict[str, list[Callable]] = {b: [] for b in BACKENDS}
 _FX_NODE_FIX_OPS: dict[str, set] = {b: set() for b in BACKENDS}
 _FX_PROGRAM_FIXES: dict[str, list[Callable]] = {b: [] for b in BACKENDS}
+_TRACE_CONTEXTS: dict[str, list[Callable]] = {b: [] for b in BACKENDS}
 
 
 def _check_backend(backend: str) -> None:
@@ -113,6 +117,25 @@ def register_fx_program_fix(backend: str):
     return decorator
 
 
+def register_trace_context(backend: str):
+    """Register ``context(model) -> context manager`` for one backend (entered in registration order)."""
+    _check_backend(backend)
+
+    def decorator(fn):
+        _TRACE_CONTEXTS[backend].append(fn)
+        return fn
+
+    return decorator
+
+
+@contextlib.contextmanager
+def apply_trace_contexts(backend: str, model) -> Iterator[list[str]]:
+    """Enter every trace context of ``backend`` for ``model``; yields the names of those that changed something."""
+    _check_backend(backend)
+    with contextlib.ExitStack() as stack:
+        yield [context.__name__ for context in list(_TRACE_CONTEXTS[backend]) if stack.enter_context(context(model))]
+
+
 def registered_patches(backend: str) -> list[Patch]:
     return list(_PATCHES[backend])
 
@@ -133,46 +156,6 @@ def patch_disabled(backend: str, name: str) -> Iterator[None]:
         yield
     finally:  # patches registered meanwhile (a lazily imported patch module) are kept
         _PATCHES[backend] = before + [p for p in _PATCHES[backend] if p not in kept]
-
-
-def resolve_dotted_path(path: str) -> tuple[Any, str]:
-    """Split ``"pkg.module.Class.attr"`` into ``(owner object, "attr")`` by importing the longest module prefix."""
-    parts = path.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            owner = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for attr in parts[cut:-1]:
-            owner = getattr(owner, attr)
-        return owner, parts[-1]
-    raise ImportError(f"cannot import any module prefix of {path!r}")
-
-
-_MISSING = object()
-
-
-@contextlib.contextmanager
-def swap_attributes(swaps: list[tuple[Any, str, Any]]) -> Iterator[None]:
-    """Set ``owner.attr = value`` for each swap; restore every original on exit, in reverse order.
-
-    An attribute the owner did not define *itself* (inherited, or absent) is deleted on exit rather
-    than set, so the class hierarchy is exactly as before.
-    """
-    done: list[tuple[Any, str, Any]] = []
-    try:
-        for owner, attr, value in swaps:
-            own = vars(owner).get(attr, _MISSING) if hasattr(owner, "__dict__") else getattr(owner, attr, _MISSING)
-            setattr(owner, attr, value)
-            done.append((owner, attr, own))
-        yield
-    finally:
-        for owner, attr, original in reversed(done):
-            if original is _MISSING:
-                with contextlib.suppress(AttributeError):
-                    delattr(owner, attr)
-            else:
-                setattr(owner, attr, original)
 
 
 def _model_module_loaded(path: str) -> bool:

@@ -25,7 +25,8 @@ from typing import Any, Callable
 
 import torch
 
-from sweep.zoo import catalog, completion, conditioning, inputs, lessons, noise, overrides, repairs, ties
+from sweep.zoo import (catalog, completion, conditioning, implicit_default_lessons, init_lessons, input_lessons,
+                       inputs, noise, overrides, repairs, ties)
 from sweep.zoo.context import Hints, forward_parameters
 from sweep.zoo.errors import CONFIG_ERROR, FORWARD_ERROR, INIT_ERROR, STAGE_ORDER, ZooError, as_missing_dependency
 from sweep.zoo.profiles import BUDGET_PROFILES, PROFILES, Profile
@@ -115,13 +116,13 @@ def _smallest_running_case(name: str, seed: int, config: Any) -> Case:
     over_budget: Case | None = None
     for profile in _ladder(rules):
         try:
-            model, case_inputs = _build_and_run(cls, profile, rules, seed, name)
+            model, case_inputs = _untied_model_and_inputs(cls, profile, rules, seed, name)
         except ZooError as exc:
             if exc.category == "missing_dependency":
                 raise
             failures.append(exc)
             continue
-        case = _case(name, record, model, case_inputs, profile.name, start, "synthesised")
+        case = _case_from_run(name, record, model, case_inputs, profile.name, start, "synthesised")
         if _fits_budget(case, rules):
             return case
         over_budget = over_budget if over_budget and over_budget.num_parameters <= case.num_parameters else case
@@ -135,10 +136,10 @@ def _within_budget(name, record, cls, rules, seed, start, case: Case) -> Case:
     """Re-shrink harder while over the parameter budget; the smallest case that runs wins."""
     for profile in BUDGET_PROFILES:
         try:
-            model, case_inputs = _build_and_run(cls, profile, rules, seed, name)
+            model, case_inputs = _untied_model_and_inputs(cls, profile, rules, seed, name)
         except ZooError:
             continue
-        smaller = _case(name, record, model, case_inputs, profile.name, start, "synthesised")
+        smaller = _case_from_run(name, record, model, case_inputs, profile.name, start, "synthesised")
         if smaller.num_parameters < case.num_parameters:
             case = smaller
     case.seconds = time.perf_counter() - start
@@ -159,10 +160,10 @@ def _well_conditioned_case(name: str, seed: int, case: Case) -> Case:
         if profile.name == case.profile:
             continue
         try:
-            model, case_inputs = _build_and_run(cls, profile, rules, seed, name)
+            model, case_inputs = _untied_model_and_inputs(cls, profile, rules, seed, name)
         except ZooError:
             continue
-        other = _case(name, record, model, case_inputs, profile.name, start, "synthesised")
+        other = _case_from_run(name, record, model, case_inputs, profile.name, start, "synthesised")
         over = not _fits_budget(other, rules)
         if over and over_budget is not None:
             continue
@@ -193,7 +194,8 @@ def _fits_budget(case: Case, rules: dict) -> bool:
     return case.num_parameters <= PARAMETER_BUDGET or bool(rules.get("over_budget"))
 
 
-def _case(name, record, model, case_inputs, profile, start, source) -> Case:
+def _case_from_run(name, record, model, case_inputs, profile, start, source) -> Case:
+    """The :class:`Case` of a model and the inputs it ran, timed from ``start``."""
     return Case(name=name, model=model, inputs=case_inputs, model_type=record.model_type,
                 mappings=record.mappings, num_parameters=sum(p.numel() for p in model.parameters()),
                 profile=profile, seconds=time.perf_counter() - start, source=source)
@@ -201,10 +203,10 @@ def _case(name, record, model, case_inputs, profile, start, source) -> Case:
 
 def _with_rope_positions(model: torch.nn.Module, case_inputs: dict[str, Any]) -> dict[str, Any]:
     """The inputs plus the M-RoPE ``position_ids`` the model computes in a loop torch.export cannot trace
-    (engine/rope_positions.py), as serving runtimes pass them; kept only where eager's outputs with them are
-    bit-identical to eager's without, so the case tests the same computation."""
+    (:func:`engine.with_rope_position_ids`), as serving runtimes pass them; kept only where eager's outputs with them
+    are bit-identical to eager's without, so the case tests the same computation."""
+    from engine import with_rope_position_ids
     from engine.pytree import get_leaf_tensors
-    from engine.rope_positions import with_rope_position_ids
 
     try:
         with_positions = with_rope_position_ids(model, case_inputs)
@@ -224,9 +226,10 @@ def _with_rope_positions(model: torch.nn.Module, case_inputs: dict[str, Any]) ->
     return case_inputs
 
 
-def _build_and_run(cls: type, profile: Profile, rules: dict, seed: int, name: str):
-    """Build and run once (:func:`_built_and_run`), then rebuilt wider where its top-k selections tie."""
-    model, case_inputs = _built_and_run(cls, profile, rules, seed, name)
+def _untied_model_and_inputs(cls: type, profile: Profile, rules: dict, seed: int, name: str):
+    """``(model, inputs)`` from :func:`_model_and_running_inputs`, the model rebuilt wider where its top-k selections
+    tie (:func:`_without_tied_selections`)."""
+    model, case_inputs = _model_and_running_inputs(cls, profile, rules, seed, name)
     return _without_tied_selections(cls, model, case_inputs, seed), case_inputs
 
 
@@ -253,27 +256,28 @@ def _without_tied_selections(cls: type, model: torch.nn.Module, case_inputs: dic
     return model
 
 
-def _built_and_run(cls: type, profile: Profile, rules: dict, seed: int, name: str):
-    """Build and run once; a forward error naming a default the modeling code assumes rebuilds once with it."""
-    model = _build(cls, profile, rules, seed, name)
+def _model_and_running_inputs(cls: type, profile: Profile, rules: dict, seed: int, name: str):
+    """``(model, inputs)``: the model built (:func:`_built_model`) and the first inputs its forward runs; a forward
+    error naming a default the modeling code assumes rebuilds it once with that default."""
+    model = _built_model(cls, profile, rules, seed, name)
     try:
         return model, _first_running_inputs(model, seed, name)
     except ZooError as exc:
         implicit = None
         if exc.category == FORWARD_ERROR:
             for message in [exc.message, *getattr(exc, "all_errors", [])]:
-                implicit = implicit or lessons.implicit_default_from_error(message)
+                implicit = implicit or implicit_default_lessons.implicit_default_from_error(message)
             implicit = implicit or getattr(exc, "implicit", None)
         if implicit is None:
             raise
-    model = _build(cls, profile, rules, seed, name, implicit)
+    model = _built_model(cls, profile, rules, seed, name, implicit)
     return model, _first_running_inputs(model, seed, name)
 
 
-def _build(cls: type, profile: Profile, rules: dict, seed: int, name: str,
-           implicit: dict | None = None) -> torch.nn.Module:
-    """Shrink and build; an ``__init__`` error that names what the default lacks rebuilds with it
-    (:func:`sweep.zoo.lessons.learn_from_init_error`)."""
+def _built_model(cls: type, profile: Profile, rules: dict, seed: int, name: str,
+                 implicit: dict | None = None) -> torch.nn.Module:
+    """The model in eval mode, its config shrunk to ``profile``; an ``__init__`` error that names what the default
+    lacks rebuilds with it (:func:`sweep.zoo.init_lessons.learn_from_init_error`)."""
     learned: dict = {}
     for attempt in range(INIT_REPAIRS + 1):
         config_overrides = repairs.merge(rules.get("config") or {}, learned)
@@ -290,13 +294,13 @@ def _build(cls: type, profile: Profile, rules: dict, seed: int, name: str,
         except ImportError as exc:
             raise as_missing_dependency(name, exc) from exc
         except Exception as exc:  # noqa: BLE001
-            fix = lessons.learn_from_init_error(exc, config, profile) if attempt < INIT_REPAIRS else None
+            fix = init_lessons.learn_from_init_error(exc, config, profile) if attempt < INIT_REPAIRS else None
             if _teaches(learned, fix):
                 learned = repairs.merge(learned, fix)
                 continue
             raise ZooError(name, INIT_ERROR, f"[{profile.name}] {type(exc).__name__}: {exc}") from exc
         # the class built but warned that it needs a flag: build it again with the flag
-        fix = next(filter(None, (lessons.required_flag(message, config) for message in warned)), None)
+        fix = next(filter(None, (init_lessons.required_flag(message, config) for message in warned)), None)
         if attempt < INIT_REPAIRS and _teaches(learned, fix):
             learned = repairs.merge(learned, fix)
             continue
@@ -358,10 +362,10 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
                 raise as_missing_dependency(name, exc) from exc
             except Exception as exc:  # noqa: BLE001 - the first error is reported if no candidate runs
                 errors.append(f"{type(exc).__name__}: {exc}")
-                implicit = implicit or lessons.config_lesson(exc, candidate)
+                implicit = implicit or implicit_default_lessons.config_lesson(exc, candidate)
                 if refined is None:
                     trial = copy.deepcopy(hints)
-                    if lessons.refine_hints(trial, exc, candidate, model):
+                    if input_lessons.refine_hints(trial, exc, candidate, model):
                         refined = trial
                 del exc
         if refined is None:
@@ -376,9 +380,9 @@ def _first_running_inputs(model: torch.nn.Module, seed: int, name: str) -> dict[
 def _processor_layout(model: torch.nn.Module, seed: int, candidate: dict[str, Any], output: Any,
                       hints: Hints) -> dict[str, Any]:
     """``candidate``, or the inputs with the placeholders expanded as the processor writes them when the forward
-    expanded them itself (:func:`sweep.zoo.lessons.placeholders_expanded_inside`) and the expanded inputs run with
-    an output as long as their text."""
-    expanded = lessons.placeholders_expanded_inside(model, candidate, output, hints)
+    expanded them itself (:func:`sweep.zoo.input_lessons.placeholders_expanded_inside`) and the expanded inputs run
+    with an output as long as their text."""
+    expanded = input_lessons.placeholders_expanded_inside(model, candidate, output, hints)
     others = inputs.candidate_inputs(model, seed, expanded) if expanded is not None else []
     if not others:
         return candidate
@@ -387,7 +391,8 @@ def _processor_layout(model: torch.nn.Module, seed: int, candidate: dict[str, An
             again = model(**others[0])
     except Exception:  # noqa: BLE001 - the legacy layout ran: keep it
         return candidate
-    return others[0] if lessons.placeholders_expanded_inside(model, others[0], again, Hints()) is None else candidate
+    still_expanded_inside = input_lessons.placeholders_expanded_inside(model, others[0], again, Hints())
+    return others[0] if still_expanded_inside is None else candidate
 
 
 def _with_caller_noise(model: torch.nn.Module, candidate: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -431,7 +436,7 @@ def _own_case(name: str, record, cls: type, config: Any, seed: int, start: float
             completed = {}
         if not completed:
             raise
-    case = _case(name, record, model, case_inputs, "own", start, source)
+    case = _case_from_run(name, record, model, case_inputs, "own", start, source)
     case.config_completed = completed
     return case
 

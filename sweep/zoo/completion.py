@@ -3,8 +3,8 @@ shrinker fills the catalog's configs, with no size changed.
 
 A config that does not build or run the inputs as it is gets the shrinker's filling rules
 (:func:`sweep.zoo.shrink_rules.fill_required_unset`, :func:`sweep.zoo.shrink.fill_unset_placeholder_ids`) and the
-``__init__`` lessons (:func:`sweep.zoo.lessons.learn_from_init_error`), each only where the field is unset. What was
-filled comes back by dotted path for the row to record; the given config and its file never change.
+``__init__`` lessons (:func:`sweep.zoo.init_lessons.learn_from_init_error`), each only where the field is unset.
+What was filled comes back by dotted path for the row to record; the given config and its file never change.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 import torch
 from transformers import PreTrainedConfig
 
-from sweep.zoo import lessons, repairs
+from sweep.zoo import init_lessons, repairs
 from sweep.zoo.config_tree import Node, raw_tree
 from sweep.zoo.fields import primary_width
 from sweep.zoo.profiles import PROFILES
@@ -42,7 +42,7 @@ def build_completed(build: Callable[[PreTrainedConfig], torch.nn.Module], config
         try:
             model = build(config)
         except Exception as exc:
-            fix = lessons.learn_from_init_error(exc, config, PROFILE) if attempt < INIT_REPAIRS else None
+            fix = init_lessons.learn_from_init_error(exc, config, PROFILE) if attempt < INIT_REPAIRS else None
             config, learned = with_completions(config, fix or {})
             if not learned:
                 raise

@@ -1,9 +1,10 @@
 """The ground input synthesis stands on: sample sizes, what the recipes read and what the errors taught.
 
 :class:`Context` is what a recipe (:mod:`sweep.zoo.modalities`) reads: the config tree, the model, the generator and
-the inputs made so far. :class:`Hints` is what the model's own errors taught (:mod:`sweep.zoo.lessons` writes it,
-the recipes read it). The forward-signature helpers say which parameters are ever filled. Kept below the recipes,
-the input builder and the lessons so that each imports it and none imports another for a constant.
+the inputs made so far. :class:`Hints` is what the model's own errors taught
+(:mod:`sweep.zoo.input_lessons` writes it, the recipes read it). The forward-signature helpers say which parameters
+are ever filled. Kept below the recipes, the input builder and the lessons so that each imports it and none imports
+another for a constant.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Samples for forward parameters no recipe knows: required ones, and optional ones the forward turned out to need.
 
 :func:`parameter_input` reads the parameter's name, its annotation and config fields named after it;
-:func:`can_make` says whether a parameter a model's error names is worth adding (:mod:`sweep.zoo.lessons`).
+:func:`can_make` says whether a parameter a model's error names is worth adding (:mod:`sweep.zoo.input_lessons`).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Transformers' configs share field names across families (``hidden_size``, ``num_attention_heads``, ``*_token_id``);
 the zoo recognises a field by these tuples and predicates, never by a model type. Kept below :mod:`sweep.zoo.shrink`,
-:mod:`sweep.zoo.shrink_rules`, :mod:`sweep.zoo.repairs` and :mod:`sweep.zoo.lessons` so that none imports another
-for a name list.
+:mod:`sweep.zoo.shrink_rules`, :mod:`sweep.zoo.repairs` and the lessons (:mod:`sweep.zoo.init_lessons`,
+:mod:`sweep.zoo.implicit_default_lessons`) so that none imports another for a name list.
 """
 
 from __future__ import annotations

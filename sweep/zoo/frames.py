@@ -1,7 +1,8 @@
 """What a failing traceback holds: each frame's failing statement, the frames that do work, the input handed on.
 
-The lessons (:mod:`sweep.zoo.lessons`) read these to tell which config field the failing code read, which
-candidate input the failing operation was handed, and which modality a shared check was about.
+The lessons (:mod:`sweep.zoo.init_lessons`, :mod:`sweep.zoo.implicit_default_lessons`,
+:mod:`sweep.zoo.input_lessons`) read these to tell which config field the failing code read, which candidate input
+the failing operation was handed, and which modality a shared check was about.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from sweep.zoo.context import BATCH
 WRAPPER_FILES = ("torch/nn/modules/module.py", "transformers/utils/generic.py",
                  "transformers/utils/output_capturing.py", "transformers/modeling_layers.py",
                  "transformers/utils/deprecation.py")
+#: the message of an embedding handed ids past its table (its innermost frame holds the weight and the ids)
+INDEX_OUT_OF_RANGE = "index out of range in self"
 
 
 def failing_statements(exc: BaseException) -> list[tuple[FrameType, int, str]]:

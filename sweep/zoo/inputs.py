@@ -4,7 +4,7 @@
 families whose layout the config does not pin down get one candidate per layout (:mod:`sweep.zoo.layouts`), and
 :mod:`sweep.zoo.build` keeps the first that runs. Every dict is deterministic for a seed, has batch size
 :data:`~sweep.zoo.context.BATCH`, and holds no labels. What the model's own errors taught (the
-:class:`~sweep.zoo.context.Hints` that :func:`sweep.zoo.lessons.refine_hints` fills) shapes the next round.
+:class:`~sweep.zoo.context.Hints` that :func:`sweep.zoo.input_lessons.refine_hints` fills) shapes the next round.
 
 Multimodal placeholders: the text gets ``Hints.image_tokens`` image tokens per row. The first guess comes from the
 config; when the model's own check says ``tokens: X, features: Y`` the zoo retries with ``Y / BATCH``.

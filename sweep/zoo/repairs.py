@@ -1,7 +1,7 @@
 """Values for config fields a default leaves unset, and the nested overrides that carry them.
 
 Some default configs are not runnable as shipped: released checkpoints set fields the config class leaves None or
-does not declare at all. When a model's ``__init__`` error names such a field (:func:`sweep.zoo.lessons
+does not declare at all. When a model's ``__init__`` error names such a field (:func:`sweep.zoo.init_lessons
 .learn_from_init_error`), the value comes from here: the same-named field elsewhere in the tree, the default the
 config class's docstring documents, else one by the field's name (a dropout 0, a per-layer type list from the
 values its docstring quotes, a width at the profile's width). :func:`merge` and :func:`nested` build the overrides

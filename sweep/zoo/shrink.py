@@ -2,8 +2,9 @@
 
 :func:`shrink_config` runs the pipeline; the per-node rules live in :mod:`sweep.zoo.shrink_rules`, the field
 vocabularies in :mod:`sweep.zoo.fields`, the ladder of target sizes in :mod:`sweep.zoo.profiles`, and what a
-validation or forward error teaches in :mod:`sweep.zoo.lessons`. This module holds the steps that look at the whole
-tree (token ids, image geometry shared by sub-configs, widths one config sums from its towers).
+validation or forward error teaches in :mod:`sweep.zoo.validation_lessons` and
+:mod:`sweep.zoo.implicit_default_lessons`. This module holds the steps that look at the whole tree (token ids,
+image geometry shared by sub-configs, widths one config sums from its towers).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 
-from sweep.zoo import lessons, timm_towers
+from sweep.zoo import implicit_default_lessons, timm_towers, validation_lessons
 from sweep.zoo.config_tree import Node, build_config, raw_tree
 from sweep.zoo.fields import (CHANNEL_LISTS, LAYER_COUNTS, LAYER_INDEX_FIELDS, PRIMARY_WIDTHS, int_list, is_int,
                               is_token_field, is_vocab, is_width_name, primary_width, tree_widths)
@@ -20,7 +21,7 @@ from sweep.zoo.shrink_rules import shrink_node
 
 logger = logging.getLogger(__name__)
 
-MAX_REPAIRS = 6  # config validation errors repaired (lessons.repair_config) before one is the config_error
+MAX_REPAIRS = 6  # config validation errors repaired (validation_lessons.repair_config) before one is the config_error
 
 
 def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides: dict | None = None,
@@ -43,14 +44,15 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
        checkpoints would ship (Chameleon, Emu3) is written for a small codebook.
     9. **Tower layer indices** in a config without layers are clamped into its vision tower.
     10. **Implicit defaults**: values the modeling code assumes when the config leaves them out (learned from a
-        forward error, :func:`sweep.zoo.lessons.implicit_default_from_error`), applied after the generic
-        rescaling, with vocabularies raised and projection widths matched as they ask.
+        forward error, :func:`sweep.zoo.implicit_default_lessons.implicit_default_from_error`), applied after the
+        generic rescaling, with vocabularies raised and projection widths matched as they ask.
     11. **Overrides**: the per-model overrides of ``sweep/zoo/data/overrides.yaml``.
     11b. **timm towers** a config names (``TimmWrapperConfig``) shrink through their ``model_args``
         (:mod:`sweep.zoo.timm_towers`), after the overrides (which may name the architecture); the config's
         ``hidden_size`` becomes the tower's width and lists of its feature channels follow the new ones.
     12. **Build**: sub-configs first, through the config classes' own validation; an equality, layer-index or
-        required-value message repairs the tree and builds again (:func:`sweep.zoo.lessons.repair_config`).
+        required-value message repairs the tree and builds again
+        (:func:`sweep.zoo.validation_lessons.repair_config`).
     """
     root = raw_tree(base, from_defaults=False) if base is not None else raw_tree(default_config(config_class))
     widths = tree_widths(root)
@@ -89,14 +91,15 @@ def default_config(config_class: type):
 
 
 def build_with_repairs(root: Node):
-    """The built config; a validation error that :func:`sweep.zoo.lessons.repair_config` answers rebuilds it."""
+    """The built config; a validation error that :func:`sweep.zoo.validation_lessons.repair_config` answers
+    rebuilds it."""
     last: Exception | None = None
     for _ in range(MAX_REPAIRS + 1):
         try:
             return build_config(root)
         except Exception as exc:  # noqa: BLE001 - parsed by the lessons; re-raised when none applies
             last = exc
-            if not lessons.repair_config(root, str(exc)):
+            if not validation_lessons.repair_config(root, str(exc)):
                 raise
     raise last  # type: ignore[misc]
 
@@ -314,15 +317,16 @@ def _shrink_timm_towers(root: Node, profile: Profile) -> None:
 
 
 def _apply_implicit_defaults(root: Node, implicit_defaults: dict) -> None:
-    """Exact values the modeling code asked for, after the generic rescaling (see :mod:`sweep.zoo.lessons`)."""
+    """Exact values the modeling code asked for, after the generic rescaling
+    (see :mod:`sweep.zoo.implicit_default_lessons`)."""
     for node in root.walk():
         for key, value in implicit_defaults.items():
             if key in node.fields and isinstance(value, dict) and (node.args.get(key) or "rope" in key):
                 node.args[key] = {**(node.args.get(key) or {}), **value}
             elif key in node.fields and not isinstance(value, dict) and node.args.get(key) is None:
                 node.args[key] = value  # a scalar the modeling code reads unconditionally (sliding_window)
-        _raise_vocab(root, node, *implicit_defaults.get(lessons.VOCAB_AT_LEAST, (None, None)))
-        got, wanted = implicit_defaults.get(lessons.PROJECTION_WIDTH, (None, None))
+        _raise_vocab(root, node, *implicit_defaults.get(implicit_default_lessons.VOCAB_AT_LEAST, (None, None)))
+        got, wanted = implicit_defaults.get(implicit_default_lessons.PROJECTION_WIDTH, (None, None))
         for key, value in list(node.args.items()):  # a projection width the other tower's embedding must meet
             if got and "proj" in key and is_width_name(key) and value == got:
                 node.args[key] = wanted

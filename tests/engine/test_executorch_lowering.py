@@ -135,6 +135,7 @@ def test_the_ops_an_fx_fix_rewrites_are_traced_whole_and_decomposed_after_it(mon
             out[..., a.shape[2]:] = b
             return out * 2
 
+    import engine.patches.executorch_nodes  # noqa: F401
     import engine.patches.executorch  # noqa: F401  (registers the fixes)
 
     assert torch.ops.aten.new_empty.default in fixed_ops("executorch")

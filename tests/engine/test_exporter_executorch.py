@@ -275,7 +275,7 @@ def test_a_model_output_field_set_after_construction_keeps_its_name(monkeypatch)
 def test_experts_of_a_sub_model_are_set_where_the_composite_cannot():
     """Kimi-K2.5's composite model cannot set its experts, its MoE text model can (and asks for ``grouped_mm``,
     which has no ExecuTorch kernel): the sub-model's are set to ``batched_mm``; a settable top level is set alone."""
-    from engine.exporter_executorch import _use_batched_experts
+    from engine.patches.model.experts import use_batched_experts
 
     class Settable(torch.nn.Module):
         def __init__(self, can: bool):
@@ -290,9 +290,9 @@ def test_experts_of_a_sub_model_are_set_where_the_composite_cannot():
 
     composite = Settable(False)
     composite.text, composite.vision = Settable(True), torch.nn.Linear(2, 2)
-    _use_batched_experts(composite)
+    use_batched_experts(composite)
     assert (composite.implementation, composite.text.implementation) == ("grouped_mm", "batched_mm")
     top = Settable(True)
     top.text = Settable(True)
-    _use_batched_experts(top)
+    use_batched_experts(top)
     assert (top.implementation, top.text.implementation) == ("batched_mm", "grouped_mm")

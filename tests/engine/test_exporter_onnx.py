@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import engine.exporter_dynamo
-import engine.exporter_onnx
+import engine.exporter_onnx  # noqa: F401  (registers the "onnx" patches the tests list)
 import engine.patches
 import engine.patches.registry
 from engine import (

@@ -30,7 +30,7 @@ def rows_file(path, n=3):
 def test_help_lists_the_commands_and_their_options():
     result = cli("--help")
     assert result.returncode == 0
-    assert "{matrix,merge,compare,skiplist,drift}" in result.stdout and "exit 1 on regressions" in result.stdout
+    assert "{matrix,merge,compare,skiplist,drift,repros}" in result.stdout and "exit 1 on regressions" in result.stdout
     for command, option in (("matrix", "--out"), ("merge", "--out"), ("compare", "--time-threshold")):
         sub = cli(command, "--help")
         assert sub.returncode == 0 and option in sub.stdout and "--strict" in sub.stdout

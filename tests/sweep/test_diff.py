@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from sweep.cli import main
-from sweep.diff import compare_runs, to_html, to_markdown
+from sweep.diff import by_cause, compare_runs, to_html, to_markdown
 from sweep.results import append_row
 
 
@@ -67,6 +67,33 @@ def test_markdown_and_html_show_the_sections():
     assert "| Breaks-dynamo-dynamic | pass | fail | export | torch.export: data-dependent branch or value |" in md
     page = to_html(c)
     assert '<table class="regressions">' in page and "Breaks-dynamo-dynamic" in page and "&lt;OpOverload" not in page
+
+
+def test_the_report_opens_with_regressions_and_fixes_by_cause():
+    """Regressions first, then the cause with most cases; a fix is grouped by the failure it had, with the upstream
+    link of the skiplist entry its row names."""
+    guard = "GuardOnDataDependentSymNode: Could not guard on data-dependent expression Eq(u0, 1)"
+    listed = "a reason (https://github.com/pytorch/executorch/issues/19152) [export_skip: X on executorch]"
+    old = [row("A"), row("B"), row("B", backend="onnx"), row("C"), row("D", "fail", error="ValueError: x"),
+           row("E", "fail", backend="executorch", error="RuntimeError: Output node is already in the inputs",
+               skiplist=listed), row("F", "fail", backend="executorch", error="RuntimeError: Output node is "
+                                     "already in the inputs", skiplist=listed)]
+    new = [row("A", "discrepancy", error="traced shape: 1 of 1 leaves differ"),
+           row("B", "fail", error=guard), row("B", "fail", backend="onnx", error=guard), row("C", "fail", error=guard),
+           row("D"), row("E", backend="executorch"), row("F", backend="executorch")]
+    c = compare_runs(old, new)
+    summary = [(g["change"], g["cause"], g["backends"], g["cases"], len(g["classes"]), g["link"]) for g in by_cause(c)]
+    assert summary == [
+        ("regression", "torch.export: data-dependent branch or value", ["dynamo", "onnx"], 3, 2, None),
+        ("regression", "discrepancy: values differ at the traced shape", ["dynamo"], 1, 1, None),
+        ("fix", "RuntimeError: Output node is already in the inputs", ["executorch"], 2, 2,
+         "https://github.com/pytorch/executorch/issues/19152"),
+        ("fix", "ValueError: x", ["dynamo"], 1, 1, None)]
+    md = to_markdown(c)
+    assert md.index("## Regressions and fixes by cause (4)") < md.index("## Regressions (pass → not passing)")
+    assert ("| fix | RuntimeError: Output node is already in the inputs | executorch | 2 | 2 | "
+            "https://github.com/pytorch/executorch/issues/19152 |") in md
+    assert "| D-dynamo-dynamic | fail | pass |  | ValueError: x | ValueError: x |" in md  # a fix shows what it had
 
 
 def write(path, rows):

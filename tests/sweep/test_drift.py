@@ -1,15 +1,16 @@
-"""Following upstream: the second environment's requirements, the drift folder's name, and the pins-vs-baseline
-check that stops a pin move from landing without its baseline."""
+"""Following upstream: the second environment's requirements, the drift folder's name and versions.json, and the
+pins-vs-baseline check that stops a pin move from landing without its baseline."""
 
 from __future__ import annotations
 
 import json
+from datetime import date
 from pathlib import Path
 
 import pytest
 
 from engine.versions import pinned_versions
-from sweep.drift import DriftError, folder_name, parse_overrides, requirements
+from sweep.drift import MAX_NAME, DriftError, folder_name, parse_overrides, requirements, write_versions
 from sweep.results import latest_rows, read_rows
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,11 +44,30 @@ def test_overrides_are_exact_pins_of_pinned_packages(spec, message):
         parse_overrides([spec])
 
 
-def test_folder_name_names_the_packages_that_moved():
-    old = {"torch": "2.13.0", "transformers": "5.23.0", "onnx": "1.23.2"}
-    new = {"torch": "2.14.1+cu128", "transformers": "5.24.0", "onnx": "1.23.2"}
-    assert folder_name(old, new) == "torch-2.13.0_transformers-5.23.0-to-torch-2.14.1_transformers-5.24.0"
-    assert folder_name(old, {**old, "torch": "2.13.0+cpu"}) == "same-versions"
+def test_folder_name_is_the_month_and_the_new_versions_of_what_moved():
+    old = {"torch": "2.13.0+cpu", "transformers": "5.23.0", "onnx": "1.23.2", "torchvision": "0.28.0"}
+    month = date(2026, 12, 3)
+    assert folder_name(old, {**old, "torch": "2.15.0"}, month) == "2026-12-torch2.15.0"
+    # torchvision moving with torch is implied by it; another torchvision is named
+    assert folder_name(old, {**old, "torch": "2.13.1", "torchvision": "0.28.1"}, month) == "2026-12-torch2.13.1"
+    assert (folder_name(old, {**old, "torch": "2.13.1", "torchvision": "0.28.5"}, month)
+            == "2026-12-torch2.13.1-torchvision0.28.5")
+    # torch and transformers first; what does not fit is left to versions.json
+    new = {"torch": "2.14.1", "transformers": "5.24.0", "onnx": "1.24.0", "executorch": "1.5.1", "timm": "1.0.31"}
+    name = folder_name({**old, "executorch": "1.4.1"}, new, date(2026, 11, 26))
+    assert name == "2026-11-torch2.14.1-transformers5.24.0" and len(name) <= MAX_NAME
+    assert folder_name(old, {**old, "onnx": "1.24.0"}, month) == "2026-12-onnx1.24.0"
+    # a build tag is not a move, nor is a package the baseline never recorded (timm above)
+    assert folder_name(old, {**old, "torch": "2.13.0+cu128", "timm": "1.0.31"}, month) == "2026-12-same-versions"
+
+
+def test_versions_json_holds_both_sides_and_guards_the_folder(tmp_path):
+    old, new = {"torch": "2.14.1", "timm": None}, {"torch": "2.15.0", "timm": "1.0.31"}
+    path = write_versions(tmp_path, old, new)
+    assert json.loads(path.read_text()) == {"old": old, "new": new}
+    write_versions(tmp_path, old, new)  # the same environment again (--resume): fine
+    with pytest.raises(DriftError, match="holds a drift run at other versions"):
+        write_versions(tmp_path, old, {**new, "torch": "2.15.1"})
 
 
 def test_cli_refuses_a_missing_environment(capsys):
@@ -75,8 +95,8 @@ def test_the_committed_baseline_was_run_at_the_pins(report):
 
 def test_drift_sweeps_with_the_other_python_and_gates_on_the_compare(tmp_path, capsys):
     """The whole recipe on one eager case, with this interpreter standing in for the second environment: the
-    sweep runs in a child process, its rows land in --out beside compare.md, and the compare's exit code is the
-    verdict (0 here: the case passed before and passes now)."""
+    sweep runs in a child process, its rows land in --out beside compare.md and versions.json, and the compare's
+    exit code is the verdict (0 here: the case passed before and passes now)."""
     import sys
 
     from sweep.drift import run_drift
@@ -90,3 +110,5 @@ def test_drift_sweeps_with_the_other_python_and_gates_on_the_compare(tmp_path, c
     rows = list(read_rows(out / "results.jsonl"))
     assert [(r["case_id"], r["status"]) for r in rows] == [("BertModel-eager-static", "pass")]
     assert (out / "compare.md").is_file() and "ok: " in capsys.readouterr().out
+    versions = json.loads((out / "versions.json").read_text())  # every pinned package, old (none recorded) and new
+    assert set(versions["old"]) == set(versions["new"]) == set(pinned_versions()) and not any(versions["old"].values())

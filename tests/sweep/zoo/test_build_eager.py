@@ -65,7 +65,7 @@ def test_build_and_forward(name):
 
 def test_an_m_rope_case_passes_the_models_own_positions():
     """Qwen2-VL computes its 3-D rotary positions in a loop torch.export cannot trace; its case passes them
-    (engine/rope_positions.py), and only because eager computes the same outputs with them (checked in the build)."""
+    (engine/patches/model/rope_positions.py), and only because eager computes the same outputs with them (checked in the build)."""
     case = build.build_case("Qwen2VLModel")
     ids = case.inputs["input_ids"]
     assert case.inputs["position_ids"].shape == (3, *ids.shape)
@@ -98,7 +98,8 @@ def test_audio_placeholders_are_written_as_the_processor_writes_them():
     """Qwen2-Audio still merges one placeholder per clip into its features itself (a legacy path torch.export never
     takes): the zoo learns it from the output, longer than the text, and writes one placeholder per audio feature,
     as the processor does; the forward then returns a sequence as long as its text."""
-    from sweep.zoo import lessons
+    from sweep.zoo import input_lessons
+    from sweep.zoo.context import Hints
 
     case = build.build_case("Qwen2AudioModel")
     ids = case.inputs["input_ids"]
@@ -107,12 +108,12 @@ def test_audio_placeholders_are_written_as_the_processor_writes_them():
     with torch.no_grad():
         output = case.model(**case.inputs)
     assert output.last_hidden_state.shape[1] == ids.shape[1]
-    assert lessons.placeholders_expanded_inside(case.model, case.inputs, output, lessons.Hints()) is None
+    assert input_lessons.placeholders_expanded_inside(case.model, case.inputs, output, Hints()) is None
     count = int(placeholders[0])
     assert (ids[:, 1:1 + count] == case.model.config.audio_token_id).all()  # written after the first token
     one_per_clip = torch.cat([ids[:, :2], ids[:, 1 + count:]], 1)
     single = {**case.inputs, "input_ids": one_per_clip, "attention_mask": torch.ones_like(one_per_clip)}
     with torch.no_grad():
         legacy = case.model(**single)  # one placeholder per clip: the legacy merge lengthens the sequence
-    learned = lessons.placeholders_expanded_inside(case.model, single, legacy, lessons.Hints())
+    learned = input_lessons.placeholders_expanded_inside(case.model, single, legacy, Hints())
     assert learned is not None and learned.audio_tokens == count

@@ -49,7 +49,7 @@ def test_an_ill_conditioned_class_is_built_at_a_profile_where_it_is_not():
     cls = build.model_class(name)
     rules = build.overrides.for_class(name, record.model_type)
     tiny = next(p for p in PROFILES if p.name == "tiny")
-    model, inputs = build._build_and_run(cls, tiny, rules, 0, name)
+    model, inputs = build._untied_model_and_inputs(cls, tiny, rules, 0, name)
     assert not conditioning.well_conditioned(model, inputs)
 
     case = build.build_case(name)

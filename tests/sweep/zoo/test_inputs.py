@@ -9,7 +9,7 @@ import inspect
 import torch
 from transformers import PreTrainedConfig, cache_utils
 
-from sweep.zoo import inputs, lessons, layouts
+from sweep.zoo import implicit_default_lessons, input_lessons, inputs, layouts
 from sweep.zoo import modalities as m
 from sweep.zoo.context import SEQ, WAVEFORM, Context, Hints, forward_parameters, model_modalities
 from sweep.zoo.fallback import fallback
@@ -105,7 +105,7 @@ def test_a_linear_teaches_the_width_of_the_input_it_was_handed():
     context = torch.randn(2, 8, 4)
     exc = _raise_inside(lambda x: linear(x), context)
     hints = Hints()
-    assert lessons.refine_hints(hints, exc, {"context_hidden_states": context, "other": torch.randn(2, 8, 4)})
+    assert input_lessons.refine_hints(hints, exc, {"context_hidden_states": context, "other": torch.randn(2, 8, 4)})
     assert hints.shapes == {"context_hidden_states": (2, 8, 12)}
 
 
@@ -117,7 +117,7 @@ def test_a_derived_width_scales_with_the_input():
     features = torch.randn(2, 1, 64)
     exc = _raise_inside(subsample, features)
     hints = Hints()
-    assert lessons.refine_hints(hints, exc, {"audio_mel": features})
+    assert input_lessons.refine_hints(hints, exc, {"audio_mel": features})
     assert hints.shapes == {"audio_mel": (2, 1, 128)}
 
 
@@ -126,7 +126,7 @@ def test_a_conv_teaches_channels_and_a_signal_gets_samples():
     hidden = torch.randn(2, 8, 32)
     exc = _raise_inside(lambda x: conv(x), hidden)
     hints = Hints()
-    assert lessons.refine_hints(hints, exc, {"hidden_states": hidden})
+    assert input_lessons.refine_hints(hints, exc, {"hidden_states": hidden})
     assert hints.shapes == {"hidden_states": (2, 1, WAVEFORM)}
 
 
@@ -135,7 +135,7 @@ def test_a_norm_handed_a_waveform_teaches_a_hidden_sequence():
     waveform = torch.randn(2, WAVEFORM)
     exc = _raise_inside(lambda x: norm(x), waveform)
     hints = Hints()
-    assert lessons.refine_hints(hints, exc, {"input_values": waveform})
+    assert input_lessons.refine_hints(hints, exc, {"input_values": waveform})
     assert hints.shapes == {"input_values": (2, SEQ, 8)}
 
 
@@ -144,7 +144,7 @@ def test_a_conv_that_takes_a_2d_waveform_for_one_sample_teaches_a_channel_axis()
     waveform = torch.randn(2, WAVEFORM)
     exc = _raise_inside(lambda x: conv(x), waveform)
     hints = Hints()
-    assert lessons.refine_hints(hints, exc, {"input_values": waveform})
+    assert input_lessons.refine_hints(hints, exc, {"input_values": waveform})
     assert hints.shapes == {"input_values": (2, 1, WAVEFORM)}
 
 
@@ -157,7 +157,7 @@ def test_branches_concatenated_with_different_frames_align_the_inputs_frames():
     exc = _raise_inside(fuse, features, waveform)
     hints = Hints()
     candidate = {"input_features": features, "input_features_mask": mask, "input_values": waveform}
-    assert lessons.refine_hints(hints, exc, candidate)
+    assert input_lessons.refine_hints(hints, exc, candidate)
     assert hints.shapes == {"input_features": (2, 25, 16), "input_features_mask": (2, 25)}
     learned = inputs._learned(candidate, hints, torch.Generator().manual_seed(0))
     assert learned["input_features_mask"].shape == (2, 25) and bool((learned["input_features_mask"] == 1).all())
@@ -168,7 +168,7 @@ def test_an_embedding_bounds_the_ids_it_was_handed_and_candidates_follow():
     ids = torch.arange(16).view(2, 8)
     exc = _raise_inside(lambda x: table(x), ids)
     hints = Hints()
-    assert lessons.refine_hints(hints, exc, {"input_ids": ids})
+    assert input_lessons.refine_hints(hints, exc, {"input_ids": ids})
     assert hints.bounds == {"input_ids": 10}
     learned = inputs._learned({"input_ids": ids}, hints, torch.Generator())
     assert int(learned["input_ids"].max()) < 10
@@ -179,7 +179,7 @@ def test_ids_plus_a_codebook_offset_table_get_a_codebook_axis():
     ids = torch.zeros(2, 8, dtype=torch.long)
     exc = _raise_inside(lambda x: x + offsets, ids)
     hints = Hints()
-    assert lessons.refine_hints(hints, exc, {"input_ids": ids})
+    assert input_lessons.refine_hints(hints, exc, {"input_ids": ids})
     assert hints.shapes == {"input_ids": (2, 8, 5)}
 
 
@@ -190,9 +190,9 @@ def test_an_optional_input_the_forward_dereferences_is_added():
 
     model, hints = Padded(), Hints()
     exc = _raise_inside(model, torch.zeros(2, 3))
-    assert lessons.refine_hints(hints, exc, {"input_ids": torch.zeros(2, 3)}, model)
+    assert input_lessons.refine_hints(hints, exc, {"input_ids": torch.zeros(2, 3)}, model)
     assert hints.extra == ("padding_mask",)
-    assert not lessons.refine_hints(hints, exc, {"input_ids": torch.zeros(2, 3)}, model)  # learned once
+    assert not input_lessons.refine_hints(hints, exc, {"input_ids": torch.zeros(2, 3)}, model)  # learned once
 
 
 def test_placeholders_per_row_are_read_from_the_feature_tensor_of_the_check():
@@ -202,17 +202,17 @@ def test_placeholders_per_row_are_read_from_the_feature_tensor_of_the_check():
 
     exc = _raise_inside(check, torch.zeros(2, 9), torch.randn(2, 7, 32))
     hints = Hints(audio_tokens=1, text_width=32)
-    assert lessons.refine_hints(hints, exc, {})
+    assert input_lessons.refine_hints(hints, exc, {})
     assert hints.audio_tokens == 7
 
 
 def test_a_parameter_the_message_names_is_added():
     model, hints = _Model(), Hints()
     exc = _raise_inside(lambda: model(pixel_values=torch.zeros(1)))
-    assert lessons.refine_hints(hints, exc, {"pixel_values": torch.zeros(1)}, model)
+    assert input_lessons.refine_hints(hints, exc, {"pixel_values": torch.zeros(1)}, model)
     assert hints.extra == ("high_res_pixel_values",)
     # a parameter never synthesised stays out even when named (inputs_embeds)
-    assert not lessons.refine_hints(hints, ValueError("give input_ids or inputs_embeds"), {"input_ids": 1}, model)
+    assert not input_lessons.refine_hints(hints, ValueError("give input_ids or inputs_embeds"), {"input_ids": 1}, model)
 
 
 def test_targets_and_flags_the_message_names_stay_out():
@@ -223,7 +223,7 @@ def test_targets_and_flags_the_message_names_stay_out():
 
     model, hints = Flags(), Hints()
     exc = ValueError("`codebook_pixel_value` are required to generate `mim_labels` (use_cache, speaker_embeddings)")
-    assert lessons.refine_hints(hints, exc, {"pixel_values": torch.zeros(1)}, model)
+    assert input_lessons.refine_hints(hints, exc, {"pixel_values": torch.zeros(1)}, model)
     assert hints.extra == ("codebook_pixel_values", "speaker_embeddings")  # a tensor by name or annotation
 
 
@@ -231,14 +231,14 @@ def test_a_none_parameter_read_by_the_failing_line_is_added_even_if_usually_skip
     model, hints = _Model(), Hints()
     candidate = {"pixel_values": torch.zeros(1), "high_res_pixel_values": torch.zeros(1)}
     exc = _raise_inside(lambda: model(**candidate))
-    assert lessons.refine_hints(hints, exc, candidate, model)
+    assert input_lessons.refine_hints(hints, exc, candidate, model)
     assert hints.extra == ("bool_masked_pos",)
 
 
 def test_a_special_token_every_row_needs_is_learned_from_the_config():
     model, hints = _Model(question_token_id=104), Hints()
     exc = ValueError("All samples in the batch must have at least one question token.")
-    assert lessons.refine_hints(hints, exc, {}, model)
+    assert input_lessons.refine_hints(hints, exc, {}, model)
     assert hints.tokens == (104,)
     ctx = Context(config=model.config, model=model, gen=torch.Generator().manual_seed(0), batch=2, hints=hints,
                     params={})
@@ -248,7 +248,7 @@ def test_a_special_token_every_row_needs_is_learned_from_the_config():
 def test_stacked_images_are_scaled_to_what_the_model_wants():
     hints = Hints()
     exc = ValueError("Input image size (128*64) doesn't match model (64*64).")
-    assert lessons.refine_hints(hints, exc, {"pixel_values": torch.zeros(2, 3, 64, 64)})
+    assert input_lessons.refine_hints(hints, exc, {"pixel_values": torch.zeros(2, 3, 64, 64)})
     assert hints.image_hw == (32, 64)
 
 
@@ -285,13 +285,13 @@ def test_global_attention_on_the_first_token_and_in_the_multiple_choice_layout()
 def test_image_rows_fed_to_a_linear_become_flattened_patches_of_its_width():
     hints = Hints()
     exc = RuntimeError("mat1 and mat2 shapes cannot be multiplied (720x120 and 2700x32)")
-    assert lessons.refine_hints(hints, exc, {"pixel_values": torch.zeros(2, 3, 120, 120)})
+    assert input_lessons.refine_hints(hints, exc, {"pixel_values": torch.zeros(2, 3, 120, 120)})
     assert hints.patch_width == 2700
 
 
 def test_feature_vectors_per_placeholder_set_the_image_token_count():
     hints = Hints()
-    assert lessons.refine_hints(hints, ValueError("Got 8 feature vectors for 32 placeholder tokens (id 1021)"))
+    assert input_lessons.refine_hints(hints, ValueError("Got 8 feature vectors for 32 placeholder tokens (id 1021)"))
     assert hints.image_tokens == 4
 
 
@@ -311,9 +311,9 @@ def test_an_error_building_the_cache_turns_the_cache_off():
     try:
         cache_utils.get_layer_types_and_kwargs(object())  # a config the cache cannot read
     except Exception as exc:  # noqa: BLE001
-        assert lessons.refine_hints(hints, exc)
-        assert hints.no_cache and not lessons.refine_hints(hints, exc)  # learned once
-    assert not lessons.refine_hints(Hints(), ValueError("elsewhere"))
+        assert input_lessons.refine_hints(hints, exc)
+        assert hints.no_cache and not input_lessons.refine_hints(hints, exc)  # learned once
+    assert not input_lessons.refine_hints(Hints(), ValueError("elsewhere"))
 
 
 def test_failing_statements_are_innermost_first_and_whole():
@@ -339,11 +339,11 @@ def test_ids_the_model_made_itself_past_a_table_raise_that_vocabulary():
         return table(ids * 0 + 17)  # ids the model produced (a decoder's argmax), not the input
 
     exc = _raise_inside(decode_then_embed, given)
-    lesson = lessons.config_lesson(exc, {"input_ids": given})
-    assert lesson == {lessons.VOCAB_AT_LEAST: (10, 18)}
+    lesson = implicit_default_lessons.config_lesson(exc, {"input_ids": given})
+    assert lesson == {implicit_default_lessons.VOCAB_AT_LEAST: (10, 18)}
     past = given + 10  # the input's own ids: the bounds rule's business, not the config's
-    assert lessons.config_lesson(_raise_inside(lambda x: table(x), past), {"input_ids": past}) is None
-    config = shrink.shrink_config(ClvpConfig, implicit_defaults={lessons.VOCAB_AT_LEAST: (256, 1000)})
+    assert implicit_default_lessons.config_lesson(_raise_inside(lambda x: table(x), past), {"input_ids": past}) is None
+    config = shrink.shrink_config(ClvpConfig, implicit_defaults={implicit_default_lessons.VOCAB_AT_LEAST: (256, 1000)})
     assert config.speech_config.vocab_size == config.decoder_config.vocab_size  # the tree's vocab that holds them
 
 
@@ -355,7 +355,7 @@ def test_placeholder_scatter_mismatch_teaches_the_count_of_the_modality_it_names
 
     exc = _raise_inside(merge, torch.randn(10, 8))
     hints = Hints()
-    assert lessons.refine_hints(hints, exc, {})
+    assert input_lessons.refine_hints(hints, exc, {})
     assert hints.audio_tokens == 5 and hints.image_tokens is None
 
 
@@ -369,7 +369,7 @@ def test_a_shared_placeholder_check_takes_the_modality_its_caller_names():
 
     exc = _raise_inside(merge, torch.randn(16, 4))
     hints = Hints()
-    assert lessons.refine_hints(hints, exc, {})
+    assert input_lessons.refine_hints(hints, exc, {})
     assert hints.audio_tokens == 8 and hints.image_tokens is None
 
 
@@ -388,7 +388,7 @@ def test_a_pooling_window_larger_than_the_remaining_image_asks_for_a_larger_imag
     pixels = torch.randn(2, 3, 2, 2)
     exc = _raise_inside(lambda x: torch.nn.functional.avg_pool2d(x, (3, 2)), pixels)
     hints = Hints()
-    assert lessons.refine_hints(hints, exc, {"pixel_values": pixels})
+    assert input_lessons.refine_hints(hints, exc, {"pixel_values": pixels})
     assert hints.image_side == 4
 
 

@@ -1,4 +1,4 @@
-"""Config fixes learned from a model's own __init__ errors (sweep.zoo.lessons, with the values of
+"""Config fixes learned from a model's own __init__ errors (sweep.zoo.init_lessons, with the values of
 sweep.zoo.repairs), on configs alone."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from transformers import (DeepseekOcr2Config, HieraConfig, LlamaConfig, MoonshineStreamingConfig,
                           PPOCRV5ServerDetConfig, ReformerConfig, T5GemmaConfig)
 
-from sweep.zoo import lessons, profiles, repairs, shrink
+from sweep.zoo import init_lessons, profiles, repairs, shrink
 
 TINY = profiles.PROFILES[0]
 
@@ -21,7 +21,7 @@ def _raise(exc: BaseException) -> BaseException:
 def test_an_undeclared_attribute_takes_the_same_field_elsewhere_in_the_tree():
     config = shrink.shrink_config(MoonshineStreamingConfig)
     exc = _raise(AttributeError("no attribute", name="num_key_value_heads", obj=config))
-    assert lessons.learn_from_init_error(exc, config, TINY) == {
+    assert init_lessons.learn_from_init_error(exc, config, TINY) == {
         "num_key_value_heads": config.encoder_config.num_key_value_heads}
 
 
@@ -29,7 +29,7 @@ def test_an_undeclared_attribute_gets_a_value_by_its_name():
     config = shrink.shrink_config(LlamaConfig)
     for key, value in (("dropout_rate", 0.0), ("shared_expert_intermediate_size", TINY.intermediate)):
         exc = _raise(AttributeError("no attribute", name=key, obj=config))
-        assert lessons.learn_from_init_error(exc, config, TINY) == {key: value}
+        assert init_lessons.learn_from_init_error(exc, config, TINY) == {key: value}
 
 
 def _read_unset(config):
@@ -46,7 +46,7 @@ def test_a_none_field_the_failing_statement_reads_is_filled():
     try:
         _read_unset(config)
     except TypeError as exc:
-        assert lessons.learn_from_init_error(exc, config, TINY) == {"decoder_hidden_size": TINY.width}
+        assert init_lessons.learn_from_init_error(exc, config, TINY) == {"decoder_hidden_size": TINY.width}
 
 
 def test_a_none_field_read_through_a_local_takes_its_documented_default():
@@ -54,7 +54,7 @@ def test_a_none_field_read_through_a_local_takes_its_documented_default():
     try:
         _read_unset_through_a_local(config)
     except TypeError as exc:
-        assert lessons.learn_from_init_error(exc, config, TINY) == {"kernel_list": [3, 2, 2]}
+        assert init_lessons.learn_from_init_error(exc, config, TINY) == {"kernel_list": [3, 2, 2]}
 
 
 def test_per_layer_type_lists_take_the_values_their_docstring_quotes():
@@ -66,10 +66,10 @@ def test_per_layer_type_lists_take_the_values_their_docstring_quotes():
 def test_flags_a_class_requires_are_set_from_its_message():
     config = shrink.shrink_config(ReformerConfig)
     exc = AssertionError("If you want to use `ReformerModelWithLMHead` make sure that `is_decoder=True`.")
-    assert lessons.learn_from_init_error(exc, config, TINY) == {"is_decoder": True}
+    assert init_lessons.learn_from_init_error(exc, config, TINY) == {"is_decoder": True}
     t5 = shrink.shrink_config(T5GemmaConfig)
     exc = ValueError("T5GemmaEncoderModel only supports encoder-only model. Use `T5GemmaModel` instead.")
-    assert lessons.learn_from_init_error(exc, t5, TINY) == {"is_encoder_decoder": False}
+    assert init_lessons.learn_from_init_error(exc, t5, TINY) == {"is_encoder_decoder": False}
 
 
 def test_a_flag_a_head_class_warns_for_is_set_and_the_model_is_built_with_it():
@@ -81,8 +81,8 @@ def test_a_flag_a_head_class_warns_for_is_set_and_the_model_is_built_with_it():
 
     config = shrink.shrink_config(BertConfig)
     message = "If you want to use `BertLMHeadModel` as a standalone, add `is_decoder=True.`"
-    assert lessons.required_flag(message, config) == {"is_decoder": True}
-    assert lessons.required_flag("nothing asked for here", config) is None
+    assert init_lessons.required_flag(message, config) == {"is_decoder": True}
+    assert init_lessons.required_flag("nothing asked for here", config) is None
     assert build_case("BertLMHeadModel").model.config.is_decoder
     assert not build_case("BertModel").model.config.is_decoder
 
@@ -90,7 +90,7 @@ def test_a_flag_a_head_class_warns_for_is_set_and_the_model_is_built_with_it():
 def test_head_counts_divide_the_channels_they_split():
     config = shrink.shrink_config(LlamaConfig)
     exc = ValueError(f"qk_channels (261) must be divisible by num_heads ({config.num_attention_heads}).")
-    fix = lessons.learn_from_init_error(exc, config, TINY)
+    fix = init_lessons.learn_from_init_error(exc, config, TINY)
     assert fix["num_attention_heads"] == 1 and fix.get("num_key_value_heads", 1) == 1
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from transformers import (Gemma3TextConfig, LlamaConfig, LlavaConfig, Qwen2VLConfig, Qwen2VLTextConfig,
                           ResNetConfig)
 
-from sweep.zoo import fields, lessons, overrides, profiles, shrink, shrink_rules
+from sweep.zoo import fields, implicit_default_lessons, overrides, profiles, shrink, shrink_rules
 from sweep.zoo.config_tree import raw_tree
 
 TINY = profiles.PROFILES[0]
@@ -66,34 +66,11 @@ def test_mrope_sections_sum_to_half_the_head_dim():
     # and says so in its error, from which the zoo learns it.
     message = ("split_with_sizes expects split_sizes to sum exactly to 4 (input tensor's size at dimension -1), "
                "but got split_sizes=[16, 24, 24]")
-    implicit = lessons.implicit_default_from_error(message)
+    implicit = implicit_default_lessons.implicit_default_from_error(message)
     assert sum(implicit["rope_parameters"]["mrope_section"]) == 4
     config = shrink.shrink_config(Qwen2VLConfig, implicit_defaults=implicit).text_config
     head_dim = config.hidden_size // config.num_attention_heads
     assert sum(config.rope_parameters["mrope_section"]) == head_dim // 2
-
-
-def test_equality_repairs_follow_the_validation_message():
-    root = raw_tree(LlavaConfig())
-    message = "ValueError: `vision_config.hidden_size` (1024) must equal `text_config.hidden_size` (32)."
-    assert lessons._repair_equality(root, message)
-    assert root.children["vision_config"].args["hidden_size"] == 32
-    assert not lessons._repair_equality(root, message.replace("1024", "32"))  # nothing left to repair
-    assert not lessons._repair_equality(root, "ValueError: something else")
-
-
-def test_equality_repairs_read_through_integer_expressions():
-    root = raw_tree(LlavaConfig())
-    message = "ValueError: `vision_config.hidden_size` (64) must equal `text_config.hidden_size // 4` (8)."
-    assert lessons._repair_equality(root, message)
-    assert root.children["vision_config"].args["hidden_size"] == 8
-
-
-def test_layer_index_repairs_move_indices_onto_the_tower():
-    root = raw_tree(LlavaConfig())
-    message = "ValueError: `vision_feature_layer` [24, 18] must index the 2 layers of `vision_config`."
-    assert lessons._repair_layer_index(root, message)
-    assert root.args["vision_feature_layer"] == [1, 0]
 
 
 def test_detector_queries_and_uniform_width_lists_follow_the_profile():
@@ -144,20 +121,24 @@ def test_conv_net_channels_share_one_value_map():
     assert max(config.hidden_sizes) <= 64 and all(d == 1 for d in config.depths)
 
 
-def test_required_values_are_repaired_wherever_the_tree_holds_them():
-    root = raw_tree(LlavaConfig())
-    root.children["text_config"].args["hidden_size_per_layer_input"] = 256
-    assert lessons._repair_required_value(root, "ValueError: hidden_size_per_layer_input must be 0, got 256")
-    assert root.children["text_config"].args["hidden_size_per_layer_input"] == 0
-    assert not lessons._repair_required_value(root, "ValueError: hidden_size_per_layer_input must be 0, got 256")
-
-
 def test_a_default_its_validator_rejects_is_built_unvalidated():
     from transformers import Gemma4AssistantConfig
 
     with pytest.raises(Exception):
         Gemma4AssistantConfig()
     assert shrink.default_config(Gemma4AssistantConfig).text_config is not None
+
+
+def test_image_vocabulary_maps_name_every_code_as_the_model_parses_it():
+    """Chameleon's checkpoints ship the ``vocabulary_map`` its image tokenizer reads; the zoo writes one whose
+    codes its mapping class turns back into codebook indices, below the image placeholder."""
+    from sweep.zoo import build
+
+    model = build.build_case("ChameleonModel").model
+    mapping = model.vocabulary_mapping
+    codes = model.vqmodel.quantize.num_embeddings
+    assert sorted(mapping.bpe2img.values()) == list(range(codes))
+    assert max(mapping.bpe2img) < mapping.image_token_id < model.config.vocab_size
 
 
 def test_block_tables_follow_the_channel_map():
@@ -285,13 +266,6 @@ def test_windows_pooled_by_a_downsampling_rate_keep_a_whole_multiple():
     assert config.window_size % config.downsample_rate == 0 and config.window_size // config.downsample_rate >= 1
 
 
-def test_a_missing_sliding_window_the_forward_reads_is_an_implicit_default():
-    from sweep.zoo.lessons import IMPLICIT_WINDOW, implicit_default_from_error
-
-    message = "ValueError: Could not find a `sliding_window` argument in the config, or it is not set"
-    assert implicit_default_from_error(message) == {"sliding_window": IMPLICIT_WINDOW}
-
-
 def test_a_channel_ramp_ending_at_a_model_width_ends_at_the_new_width():
     from transformers.models.unlimited_ocr.configuration_unlimited_ocr import UnlimitedOcrConfig
 
@@ -313,9 +287,10 @@ def test_contrastive_width_mismatch_sets_the_projection_width():
     from transformers import AlignConfig
 
     message = "mat1 and mat2 shapes cannot be multiplied (2x32 and 80x2)"
-    implicit = lessons.implicit_default_from_error(message)
-    assert implicit == {lessons.PROJECTION_WIDTH: (32, 80)}
-    assert lessons.implicit_default_from_error("mat1 and mat2 shapes cannot be multiplied (2x32 and 80x7)") is None
+    implicit = implicit_default_lessons.implicit_default_from_error(message)
+    assert implicit == {implicit_default_lessons.PROJECTION_WIDTH: (32, 80)}
+    plain_linear = "mat1 and mat2 shapes cannot be multiplied (2x32 and 80x7)"
+    assert implicit_default_lessons.implicit_default_from_error(plain_linear) is None
     config = shrink.shrink_config(AlignConfig, implicit_defaults=implicit)
     assert config.projection_dim == 80
 

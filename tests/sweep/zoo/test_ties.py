@@ -68,7 +68,7 @@ def test_rt_detr_scores_distinct_queries_and_a_model_without_ties_is_built_as_be
     assert ties.tied_selections(rt_detr.model, rt_detr.inputs) == 0
     assert rt_detr.model.config.initializer_range in {0.01 * factor for factor in ties.WIDENINGS}
     profile = next(p for p in build.PROFILES if p.name == rt_detr.profile)
-    plain = build._build(build.model_class("RTDetrModel"), profile, build.overrides.for_class("RTDetrModel", "rt_detr"),
-                         0, "RTDetrModel")
+    rules = build.overrides.for_class("RTDetrModel", "rt_detr")
+    plain = build._built_model(build.model_class("RTDetrModel"), profile, rules, 0, "RTDetrModel")
     assert ties.tied_selections(plain, rt_detr.inputs) > 0  # the default build ties: the rebuild is what removed it
     assert build.build_case("BertModel").model.config.initializer_range == 0.02

@@ -1,0 +1,209 @@
+"""Per-sample feature lists split by a ``.tolist()`` of counts, rewritten to one ragged output.
+
+Pattern: Idefics2, Idefics3, SmolVLM, ModernVBert and UltraVBert end ``get_image_features`` with::
+
+    [f.reshape(-1, f.shape[-1]) for f in image_features.split(num_real_images_per_batch.tolist())]
+
+one tensor of rows per sample (the rows of that sample's images); GraniteDocling writes the same as
+``sizes = (tiles_per_sample * tokens_per_tile).tolist()`` and ``torch.split(rows, sizes)``, Inkling2 as
+``rows.split(image_grid_thw.prod(-1).tolist())``. Only functions whose callers concatenate the pieces again are
+rewritten (a caller that iterates them per image would see one piece). ``tolist()`` of the per-sample counts is a
+Python list as long as the batch, so torch.export pins the batch (``Eq(batch, 2)`` in the split). The comprehension
+is the rows of every image in order, grouped per sample; :func:`rewrite_split_by_tolist` recompiles the function
+with it replaced by :func:`split_rows_by_counts`, which returns those rows and the per-sample row counts as a
+:class:`~engine.stacked_rows.RaggedRows` (to the model's code, ``[all rows]``, which its consumer
+``torch.cat(..., dim=0)`` reads as before). The function is compiled from its own source, so only the matched
+expression changes; a function without the pattern is returned as it is.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from engine.patches.registry import register_patch
+from engine.patches.source_rewrite import recompiled
+from engine.stacked_rows import RaggedRows
+
+_HELPER = "__split_rows_by_counts__"
+_RAGGED = "__ragged_rows__"
+
+
+def split_rows_by_counts(features: torch.Tensor, counts: torch.Tensor) -> RaggedRows:
+    """``[f.reshape(-1, f.shape[-1]) for f in features.split(counts.tolist())]`` as one ragged value: the rows of
+    every item (``features`` flattened to its last dim) and each group's row count (``counts`` times the rows of
+    one item)."""
+    rows_per_item = math.prod(features.shape[1:-1])
+    return RaggedRows(features.reshape(-1, features.shape[-1]), counts * rows_per_item)
+
+
+def _is_minus_one(node: ast.AST) -> bool:
+    return (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+            and isinstance(node.operand, ast.Constant) and node.operand.value == 1)
+
+
+def _rows_of(elt: ast.AST, name: str) -> bool:
+    """``elt`` is ``<name>.reshape(-1, <name>.shape[-1])``."""
+    return (isinstance(elt, ast.Call) and isinstance(elt.func, ast.Attribute) and elt.func.attr == "reshape"
+            and isinstance(elt.func.value, ast.Name) and elt.func.value.id == name and not elt.keywords
+            and len(elt.args) == 2 and _is_minus_one(elt.args[0])
+            and isinstance(elt.args[1], ast.Subscript) and _is_minus_one(elt.args[1].slice)
+            and isinstance(elt.args[1].value, ast.Attribute) and elt.args[1].value.attr == "shape"
+            and isinstance(elt.args[1].value.value, ast.Name) and elt.args[1].value.value.id == name)
+
+
+def _tolist_of(node: ast.AST) -> ast.AST | None:
+    """``Y`` where ``node`` is ``Y.tolist()``."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "tolist"
+            and not node.args and not node.keywords):
+        return node.func.value
+    return None
+
+
+def _helper_call(name: str, args: list[ast.AST], like: ast.AST) -> ast.Call:
+    return ast.copy_location(ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=args, keywords=[]), like)
+
+
+def _split_sizes(node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
+    """``(X, S)`` where ``node`` is ``torch.split(X, S)`` or ``X.split(S)``."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "split"
+            and not node.keywords):
+        return None
+    if isinstance(node.func.value, ast.Name) and node.func.value.id == "torch" and len(node.args) == 2:
+        return node.args[0], node.args[1]
+    if len(node.args) == 1:
+        return node.func.value, node.args[0]
+    return None
+
+
+class _SplitByTolist(ast.NodeTransformer):
+    """``[f.reshape(-1, f.shape[-1]) for f in X.split(Y.tolist())]`` -> ``__split_rows_by_counts__(X, Y)``;
+    ``X.split(Y.tolist())`` (or ``torch.split``) -> ``__ragged_rows__(X, Y)``; and ``S = Y.tolist()`` used only as
+    the sizes of ``torch.split(X, S)`` -> ``S = Y`` and ``__ragged_rows__(X, S)``."""
+
+    def __init__(self):
+        self.matched = 0
+        self.sizes_names: set[str] = set()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        assigned = {stmt.targets[0].id for stmt in ast.walk(node) if isinstance(stmt, ast.Assign)
+                    and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) and _tolist_of(stmt.value)}
+        as_sizes = {id(split[1]) for call in ast.walk(node) if (split := _split_sizes(call))}
+        uses: dict[str, list[ast.Name]] = {}
+        for name in ast.walk(node):
+            if isinstance(name, ast.Name) and name.id in assigned:
+                uses.setdefault(name.id, []).append(name)
+        # a name assigned once from .tolist() and read only as split sizes
+        self.sizes_names = {n for n in assigned if sum(isinstance(u.ctx, ast.Store) for u in uses[n]) == 1
+                            and all(isinstance(u.ctx, ast.Store) or id(u) in as_sizes for u in uses[n])}
+        self.generic_visit(node)
+        return node
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+        self.generic_visit(node)
+        counts = _tolist_of(node.value)
+        if counts is not None and isinstance(node.targets[0], ast.Name) and node.targets[0].id in self.sizes_names:
+            node.value = counts
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        split = _split_sizes(node)
+        if split and isinstance(split[1], ast.Name) and split[1].id in self.sizes_names:
+            counts = split[1]
+        else:
+            counts = _tolist_of(split[1]) if split else None  # inline: X.split(Y.tolist())
+        if counts is not None:
+            self.matched += 1
+            return _helper_call(_RAGGED, [split[0], counts], node)
+        return node
+
+    def visit_ListComp(self, node: ast.ListComp) -> ast.AST:
+        if len(node.generators) == 1:  # matched whole, before its inner split is visited
+            gen = node.generators[0]
+            split = _split_sizes(gen.iter)
+            counts = _tolist_of(split[1]) if split else None
+            if (counts is not None and not gen.ifs and not gen.is_async and isinstance(gen.target, ast.Name)
+                    and _rows_of(node.elt, gen.target.id)):
+                self.matched += 1
+                return _helper_call(_HELPER, [split[0], counts], node)
+        self.generic_visit(node)
+        return node
+
+
+def rewrite_split_by_tolist(fn: Callable) -> Callable:
+    """``fn`` (a function or method, decorators included) recompiled from its source with every per-sample split
+    by ``.tolist()`` replaced by :func:`split_rows_by_counts` or a :class:`RaggedRows` of the split tensor and its
+    counts; ``fn`` itself where its source has none."""
+    return recompiled(fn, _SplitByTolist(), {_HELPER: split_rows_by_counts, _RAGGED: RaggedRows})
+
+
+def chunk_and_pad_by_gather(input_features: torch.Tensor, feature_lens: torch.Tensor, n_window: int,
+                            kwargs: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen-Omni's ``chunk_and_pad_features`` without the split: each audio cut into chunks of ``2 * n_window``
+    frames (its last chunk shorter), the chunks right-padded with zeros to the longest, as one gather of the
+    ``(features, frames)`` input at ``chunk start + offset`` (masked past each chunk's length)."""
+    if kwargs is not None:
+        padded_feature = kwargs.pop("padded_feature", None)
+        chunk_lengths = kwargs.pop("chunk_lengths", None)
+        if padded_feature is not None and chunk_lengths is not None:
+            return padded_feature, chunk_lengths
+    chunk = n_window * 2
+    chunk_num = torch.ceil(feature_lens / chunk).long()
+    count = chunk_num.sum().item()
+    torch._check(count >= 0)
+    chunk_lengths = torch.full((count,), chunk, dtype=torch.long, device=feature_lens.device)
+    tail_chunk_index = F.pad(chunk_num, (1, 0), value=-1).cumsum(0)[1:]
+    chunk_lengths[tail_chunk_index] = feature_lens % chunk
+    chunk_lengths = torch.where(chunk_lengths == 0, chunk, chunk_lengths)
+    longest = chunk_lengths.max().item()
+    torch._check(longest >= 0)
+    torch._check(longest <= chunk)
+    offsets = torch.arange(longest, device=feature_lens.device)
+    starts = chunk_lengths.cumsum(0) - chunk_lengths
+    valid = offsets[None, :] < chunk_lengths[:, None]
+    frames = torch.where(valid, starts[:, None] + offsets[None, :], 0)  # (chunks, longest)
+    gathered = input_features[:, frames.reshape(-1)].reshape(input_features.shape[0], count, longest)
+    padded_feature = torch.where(valid[None], gathered, 0).permute(1, 0, 2)  # (chunks, features, longest)
+    return padded_feature, chunk_lengths
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.chunk_and_pad_features"
+                            for m in ("qwen2_5_omni", "qwen3_omni_moe")))
+def _patch_audio_chunks_padded_by_gather(original):
+    """Pattern: Qwen2.5-Omni / Qwen3-Omni audio towers cut the packed mel frames into chunks with
+    ``input_features.T.split(chunk_lengths.tolist())`` and ``pad_sequence``; the chunk count is read from
+    ``feature_lens`` values, and ``tolist()`` of a tensor of data-dependent length cannot be traced (torch guards
+    ``Eq(u, 0)`` in ``unbind``, https://github.com/pytorch/pytorch/issues/126685). The same padded chunks as one
+    gather (:func:`chunk_and_pad_by_gather`, equal to the original for every length, hypothesis-tested). TODO
+    (transformers): no upstream issue found for the helper itself.
+    """
+    return chunk_and_pad_by_gather
+
+
+#: packed vision towers that reorder their merged tokens into attention windows by ``permute_input_for_window_attn``
+_SPLIT_BY_TOLIST_MODELS = {"idefics2": "Idefics2Model", "idefics3": "Idefics3Model", "smolvlm": "SmolVLMModel",
+                           "modernvbert": "ModernVBertModel", "ultravbert": "UltraVBertModel",
+                           "granite_docling": "GraniteDoclingModel", "inkling2": "Inkling2Model",
+                           "inkling2_loop": "Inkling2LoopModel"}
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}.get_image_features"
+                            for m, c in _SPLIT_BY_TOLIST_MODELS.items()))
+def _patch_split_by_tolist_as_ragged_rows(original):
+    """Pattern: ``[f.reshape(-1, f.shape[-1]) for f in image_features.split(num_real_images_per_batch.tolist())]`` (the
+    per-sample ``pooler_output`` of transformers >= 5.24; GraniteDocling and Inkling2 write the same with a ``split`` by
+    a ``.tolist()``), which every caller ``torch.cat``s again: ``tolist()`` of a per-sample tensor pins the batch
+    (``Eq(batch, 2)``). Rewrite: the function is recompiled with that expression as one ragged value: the model
+    concatenates the same rows, and every runner gives back eager's per-sample leaves. No upstream issue found; TODO
+    (transformers): keep ``pooler_output`` unsplit, or split by a tensor of counts outside the traced forward."""
+    return rewrite_split_by_tolist(original)
+
+
+#: modules whose forward takes the batch size from ``len()`` of a batch-major tensor (``batch_size =
+#: len(source_flatten)`` in the RT-DETR decoders' input preparation; DepthPro's per-scale patch counts
+#: ``[len(i) for i in scaled_images]``, which ``split_with_sizes`` then takes)

@@ -1,0 +1,211 @@
+"""Per-sample splits by a ``.tolist()`` of counts, recompiled as one ragged value (engine.patches.model.split_by_counts)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.pytree import get_leaf_tensors
+from engine.patches.model.split_by_counts import rewrite_split_by_tolist
+from engine.stacked_rows import RaggedRows, expand_stacked_rows
+
+
+def _decorated(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class PerSampleImages(torch.nn.Module):
+    """Idefics3's pattern: the real images of each sample (a zero image is padding), projected, split per sample
+    by ``tolist()`` of the per-sample counts and concatenated again for the text model."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    @_decorated
+    def get_image_features(self, pixel_values):
+        batch, images = pixel_values.shape[:2]
+        flat = pixel_values.view(batch * images, *pixel_values.shape[2:])
+        real = (flat == 0.0).sum(dim=(-1, -2)) != flat.shape[1:].numel()
+        per_sample = real.view(batch, images).sum(dim=1)
+        features = self.proj(flat[real])
+        return [f.reshape(-1, f.shape[-1]) for f in features.split(per_sample.tolist())]
+
+    def forward(self, pixel_values):
+        pooled = self.get_image_features(pixel_values)
+        return {"merged": torch.cat(pooled, dim=0).sum(-1), "pooler_output": pooled}
+
+
+class PerSampleTiles(torch.nn.Module):
+    """GraniteDocling's pattern: ``sizes = (...).tolist()`` then ``torch.split(rows, sizes)``, twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def get_image_features(self, tiles, tile_mask):
+        tiles_per_sample = tile_mask.sum(-1)
+        rows = self.proj(tiles[tile_mask]).flatten(0, 1)
+        split_sizes = (tiles_per_sample * tiles.shape[2]).tolist()
+        return torch.split(rows, split_sizes), [torch.split(r, split_sizes) for r in (rows + 1, rows * 2)]
+
+    def forward(self, tiles, tile_mask):
+        pooled, deep = self.get_image_features(tiles, tile_mask)
+        return {"merged": torch.cat(pooled, dim=0), "deep": [torch.cat(d, dim=0) for d in deep],
+                "pooler_output": pooled, "deepstack": deep}
+
+
+class Rewritten(PerSampleImages):
+    get_image_features = rewrite_split_by_tolist(PerSampleImages.get_image_features)
+
+
+class RewrittenTiles(PerSampleTiles):
+    get_image_features = rewrite_split_by_tolist(PerSampleTiles.get_image_features)
+
+
+def _images(counts: list[int], slots: int, seed: int = 0) -> torch.Tensor:
+    """One sample per count: ``count`` random images, then zero images up to ``slots``."""
+    g = torch.Generator().manual_seed(seed)
+    pixel_values = torch.zeros(len(counts), slots, 3, 4)
+    for i, count in enumerate(counts):
+        pixel_values[i, :count] = torch.rand(count, 3, 4, generator=g) + 0.1
+    return pixel_values
+
+
+def _tiles(counts: list[int], slots: int, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.arange(slots)[None, :] < torch.tensor(counts)[:, None]
+    return {"tiles": torch.randn(len(counts), slots, 2, 4, generator=g), "tile_mask": mask}
+
+
+def test_only_the_pattern_is_rewritten():
+    assert Rewritten.get_image_features is not PerSampleImages.get_image_features
+    assert rewrite_split_by_tolist(PerSampleImages.forward) is PerSampleImages.forward  # nothing to rewrite
+    model = Rewritten().eval()
+    pooled = model.get_image_features(_images([2, 1], 3))
+    assert isinstance(pooled, RaggedRows) and len(pooled) == 1
+    assert pooled.counts.tolist() == [6, 3]  # images x rows per image
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=4), st.integers(0, 2**16))
+def test_the_ragged_value_reads_as_the_list_it_replaces(counts, seed):
+    """Eager outputs of the rewritten function, named as the caller sees them, equal the original's for any
+    per-sample image counts (zero included)."""
+    original = PerSampleImages().eval()
+    rewritten = Rewritten().eval()
+    rewritten.load_state_dict(original.state_dict())
+    pixel_values = _images(counts, 3, seed)
+    with torch.no_grad():
+        expected = get_leaf_tensors(original(pixel_values))
+        got = get_leaf_tensors(rewritten(pixel_values))
+    assert list(got) == list(expected)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=4), st.integers(0, 2**16))
+def test_split_sizes_by_name_read_as_the_lists_they_replace(counts, seed):
+    original = PerSampleTiles().eval()
+    rewritten = RewrittenTiles().eval()
+    rewritten.load_state_dict(original.state_dict())
+    inputs = _tiles(counts, 3, seed)
+    with torch.no_grad():
+        expected = get_leaf_tensors(original(**inputs))
+        got = get_leaf_tensors(rewritten(**inputs))
+    assert list(got) == list(expected)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0)
+
+
+def test_ragged_leaves_expand_to_items():
+    rows, counts = torch.arange(10.0).view(5, 2), torch.tensor([3, 0, 2])
+    expanded = expand_stacked_rows({"a": torch.zeros(1), "x.pooler_output.*": rows, "x.pooler_output.*rows": counts})
+    assert list(expanded) == ["a", "x.pooler_output.0", "x.pooler_output.1", "x.pooler_output.2"]
+    assert torch.equal(expanded["x.pooler_output.2"], rows[3:])
+    assert expanded["x.pooler_output.1"].shape == (0, 2)
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "onnx", "executorch"])
+def test_a_per_sample_split_runs_any_batch(backend, tmp_path):
+    """With the ``.tolist()`` split the traced batch is fixed (torch.export pins it); rewritten, one program
+    returns eager's per-sample leaves for another batch and other image counts."""
+    from engine import AutoExporter
+    from engine.artifacts import SUFFIX, load_artifact, save_artifact
+    from engine.compare import compare_leaves
+    from engine.runtime import run_exported
+
+    config = {"export_format": backend, "dynamic": True}
+    original = PerSampleTiles().eval()
+    if backend == "dynamo":
+        with pytest.raises(Exception):  # the list's length is the traced batch
+            artifact = AutoExporter.export(original, _tiles([2, 1], 3), config)
+            run_exported(artifact, _tiles([1, 3, 2], 3))
+    model = RewrittenTiles().eval()
+    model.load_state_dict(original.state_dict())
+    path = tmp_path / f"model{SUFFIX[backend]}"
+    save_artifact(AutoExporter.export(model, _tiles([2, 1], 3), config), path)
+    artifact = load_artifact(path)
+    for counts in ([2, 1], [1, 3, 2]):
+        with torch.no_grad():
+            expected = get_leaf_tensors(original(**_tiles(counts, 3, 1)))
+        got = run_exported(artifact, _tiles(counts, 3, 1))
+        assert list(got) == list(expected)
+        assert compare_leaves(expected, got).ok
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=4), st.integers(1, 6), st.integers(0, 2**16))
+def test_audio_chunks_padded_by_gather_equal_the_split(lengths, n_window, seed):
+    """Qwen-Omni's ``chunk_and_pad_features`` (split by ``tolist()`` and ``pad_sequence``) and the gather that
+    replaces it give the same padded chunks and chunk lengths for any audio lengths and window."""
+    from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import chunk_and_pad_features
+
+    from engine.patches.model.split_by_counts import chunk_and_pad_by_gather
+
+    feature_lens = torch.tensor(lengths)
+    features = torch.randn(3, int(feature_lens.sum()), generator=torch.Generator().manual_seed(seed))
+    expected = chunk_and_pad_features(features, feature_lens, n_window)
+    got = chunk_and_pad_by_gather(features, feature_lens, n_window)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_audio_chunks_padded_by_gather_export_for_any_lengths():
+    """The split by ``tolist()`` of a tensor of data-dependent length cannot be traced (``Eq(u, 0)``); the gather
+    exports once and pads other audio lengths as the original does."""
+    from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import chunk_and_pad_features
+
+    from engine import DynamoExporter, run_exported
+    from engine.patches.model.split_by_counts import chunk_and_pad_by_gather
+
+    class Chunks(torch.nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, input_features, feature_lens):
+            return self.fn(input_features, feature_lens, 4)
+
+    def sample(lengths):
+        lens = torch.tensor(lengths)
+        return {"input_features": torch.randn(3, int(lens.sum())), "feature_lens": lens}
+
+    with pytest.raises(Exception):
+        DynamoExporter().export(Chunks(chunk_and_pad_features), sample([11, 5]), {"dynamic": True})
+    program = DynamoExporter().export(Chunks(chunk_and_pad_by_gather), sample([11, 5]), {"dynamic": True})
+    for lengths in ([11, 5], [3, 20, 8]):
+        inputs = sample(lengths)
+        expected = chunk_and_pad_features(inputs["input_features"], inputs["feature_lens"], 4)
+        got = list(run_exported(program, inputs).values())
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
