@@ -116,3 +116,17 @@ def test_every_non_passing_baseline_case_is_listed_with_its_cause(report):
     assert not missing, (f"{len(missing)} non-passing cases of reports/{report} have no skiplist entry "
                          f"(draft them with `export-sweep skiplist reports/{report}`), e.g. "
                          + ", ".join(f"{r['model']}-{r['backend']}" for r in missing[:10]))
+
+
+@pytest.mark.parametrize("report", ["baseline", "generate"])
+def test_a_passing_baseline_row_carries_no_skiplist_reason(report):
+    """A row is true: a case that passes names no skiplist entry (a stale reference is one of an entry since removed
+    or reworded; a current one is an entry whose cases pass, to be removed)."""
+    from pathlib import Path
+
+    from sweep.results import latest_rows, read_rows
+
+    root = Path(__file__).resolve().parents[2]
+    rows = latest_rows(list(read_rows(root / "reports" / report / "results.jsonl")))
+    listed = [f"{r['model']}-{r['backend']}" for r in rows if r["status"] == "pass" and r.get("skiplist")]
+    assert not listed, f"{len(listed)} passing cases of reports/{report} carry a skiplist reason, e.g. {listed[:10]}"
