@@ -51,8 +51,11 @@ def generation_inputs(name: str, seed: int, cache: str, model) -> dict:
     return with_cache(inputs, cache, model)
 
 
-#: the whole matrix (36 cases) runs in CI; ExecuTorch Mamba2 is its longest case
 CASES = [(n, "dynamic") for n in MODELS] + [(n, "static") for n in DECODER_ONLY]
+
+#: the longest cases, whose paths other CI cases cover (Mamba2's export on ONNX and ExecuTorch in the exporter tests,
+#: an encoder-decoder's generation on ONNX by Whisper): marked slow, which ./dev test leaves out (``./dev unit -m slow``)
+SLOW = {("mamba2", "dynamic", "onnx"), ("mamba2", "dynamic", "executorch"), ("t5", "dynamic", "onnx")}
 
 
 #: known failures, strict: a fix shows up as an unexpected pass
@@ -62,7 +65,7 @@ KNOWN_FAILURES: dict[tuple[str, str, str], str] = {}
 def _params():
     for backend in ("dynamo", "onnx", "executorch"):
         for name, cache in CASES:
-            marks = []
+            marks = [pytest.mark.slow] if (name, cache, backend) in SLOW else []
             if (name, cache, backend) in KNOWN_FAILURES:
                 marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[name, cache, backend]))
             yield pytest.param(name, cache, backend, id=f"{name}-{cache}-{backend}", marks=marks)
