@@ -21,12 +21,11 @@ class DynamoConfig:
 
     - ``dynamic``: mark every tensor dim (and every cache leaf dim) ``Dim.AUTO`` when ``dynamic_shapes`` is not given.
     - ``strict``: run ``torch.export`` in strict (TorchDynamo) mode.
-    - ``dynamic_shapes``: explicit per-input spec, passed through to ``torch.export``; wins over ``dynamic``.
-    - ``prefer_deferred_runtime_asserts_over_guards``: emit data-dependent guards as runtime asserts instead of
-      failing the trace; most LLMs need it with explicit ``Dim(min=, max=)`` bounds.
-    - ``stack_traces``: record each traced node's Python source stack (``node.meta["stack_trace"]``, kept in a ``.pt2``
-      and in ONNX node metadata). ``False`` skips it, up to a third of an ONNX export's trace; a sweep never reads
-      them. Needs torch >= 2.14 (``torch.fx.config.do_not_emit_stack_traces``); ignored before."""
+    - ``dynamic_shapes``: explicit per-input spec, passed to ``torch.export``; wins over ``dynamic``.
+    - ``prefer_deferred_runtime_asserts_over_guards``: data-dependent guards become runtime asserts instead of failing
+      the trace (most LLMs need it with ``Dim(min=, max=)`` bounds).
+    - ``stack_traces``: record ``node.meta["stack_trace"]``; ``False`` skips it (up to a third of an ONNX trace). Needs
+      torch >= 2.14 (``torch.fx.config.do_not_emit_stack_traces``); ignored before."""
 
     export_format: ClassVar[str] = "dynamo"
 
@@ -85,14 +84,14 @@ class DynamoConfig:
 class OnnxConfig(DynamoConfig):
     """Options of the ONNX exporter, on top of :class:`DynamoConfig`.
 
-    - ``output_path``: write the model there (and a ``.onnx_data`` sidecar with ``external_data``); ``None`` keeps it
-      in memory.
-    - ``opset_version``: target opset; ``None`` is the newest the installed onnxscript supports.
+    - ``output_path``: write the model there (plus a ``.onnx_data`` sidecar with ``external_data``); ``None``: in
+      memory.
+    - ``opset_version``: target opset; ``None``: the newest the installed onnxscript supports.
     - ``optimize``: run the onnxscript optimiser passes.
     - ``export_params`` / ``keep_initializers_as_inputs``: as in ``torch.onnx.export``.
     - ``single_trace``: trace once, straight to the ATen IR ``torch.onnx.export`` translates
-      (:mod:`engine.single_trace`), instead of ``torch.export.export`` then ``torch.onnx.export``'s decomposition
-      retrace. ``False`` takes the two passes (also the fallback where torch lacks the hooks)."""
+      (:mod:`engine.single_trace`), instead of ``torch.export.export`` plus the decomposition retrace. ``False`` takes
+      the two passes (also the fallback where torch lacks the hooks)."""
 
     export_format: ClassVar[str] = "onnx"
 
@@ -115,18 +114,12 @@ class ExecutorchConfig(DynamoConfig):
     """Options of the ExecuTorch exporter, on top of :class:`DynamoConfig`.
 
     - ``backend``: ``"xnnpack"`` (CPU, fp32; default) or ``"cuda"`` (CUDA, bf16).
-    - ``max_seq_len``: upper bound of every dynamic sequence-like input dim (not the batch, not an image's
-      height/width). ExecuTorch plans memory at each dim's upper bound, and the default (``max_position_embeddings``
-      and the like, or a bound torch.export derived) can plan gigabytes for a tiny model. A dim traced longer keeps
-      its traced size as the bound. ``None``: the default bounds.
-    - ``max_planned_tensor_mb``: the largest tensor the program may plan at its dim bounds (MiB); a program over it is
-      refused at export with :class:`~engine.errors.PlannedMemoryError` naming the tensor and the bounds. ``None``: no
-      limit.
-    - ``single_trace``: trace once, straight to the ATen IR the lowering takes
-      (:func:`engine.executorch_lowering.trace_table`), instead of ``torch.export.export`` then the lowering's
-      decomposition retrace. ``False`` takes the two passes (also the fallback where torch or ExecuTorch lacks the
-      steps; a program the partitioner does not take whole, or with ops an FX fix left that the table decomposes, is
-      decomposed once more while lowering)."""
+    - ``max_seq_len``: upper bound of every dynamic sequence-like input dim (a dim traced longer keeps its traced size);
+      ``None``: the default bounds, which can plan gigabytes.
+    - ``max_planned_tensor_mb``: largest tensor (MiB) the program may plan; over it, export raises
+      :class:`~engine.errors.PlannedMemoryError`. ``None``: no limit.
+    - ``single_trace``: trace once, straight to the lowering's ATen IR (:func:`engine.executorch_lowering.trace_table`);
+      ``False``: ``torch.export.export`` plus the decomposition retrace (also the fallback)."""
 
     export_format: ClassVar[str] = "executorch"
 

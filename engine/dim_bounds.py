@@ -213,13 +213,12 @@ def _raise_divisor_floors(sizes, table: dict) -> dict:
 def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits) -> None:
     """Give every dynamic dim of ``program`` a finite upper bound that ExecuTorch can plan memory for.
 
-    Pattern: ``Dim.AUTO`` dims no guard bounded have ``int_oo`` upper bounds, which ``eval_upper_bound`` refuses;
-    ExecuTorch plans buffers at each dim's bound. Each is capped from the model config or its traced size
-    (:func:`_input_dim_caps`), then the caps nobody stated are lowered until the largest planned tensor fits
-    :data:`PLANNED_TENSOR_BUDGET` (:func:`_fit_to_budget`). Finite bounds are kept, but ``ExecutorchConfig.max_seq_len``
-    lowers a sequence dim's bound above it. Updates ``range_constraints`` and the shape env's ``var_to_range``, warns
-    (:class:`UnboundedDimWarning`), and refuses a plan still over the limit (:func:`refuse_unrunnable_plan`). Upstream:
-    TODO: upstream issue not found (int_oo bounds are torch.export's documented Dim.AUTO behaviour)."""
+    Pattern: unguarded ``Dim.AUTO`` dims have ``int_oo`` upper bounds, which ``eval_upper_bound`` refuses. Rewrite: caps
+    from the model config or traced size (:func:`_input_dim_caps`), unstated ones lowered until the largest planned
+    tensor fits :data:`PLANNED_TENSOR_BUDGET` (:func:`_fit_to_budget`); finite bounds kept
+    (``ExecutorchConfig.max_seq_len`` aside). Updates ``range_constraints``/``var_to_range``, warns
+    (:class:`UnboundedDimWarning`), refuses a plan still over (:func:`refuse_unrunnable_plan`). TODO: upstream issue not
+    found (int_oo bounds are torch.export's documented Dim.AUTO behaviour)."""
     shape_env = program_shape_env(program)
     ranges = program._range_constraints
     env_ranges = shape_env.var_to_range if shape_env is not None else {}

@@ -158,9 +158,8 @@ def widen_unit_dims(inputs: Mapping[str, Any], dynamic_shapes: Mapping[str, Any]
 
     Pattern: torch.export specialises a dynamic dim traced at 0 or 1, so a Whisper exported with a one-token decoder
     prompt rejects three tokens ("Guard failed: decoder_input_ids.size()[1] == 1"); ``backed_size_oblivious`` does not
-    hold through transformers' code on torch 2.13 (``contiguous()``, ``layer_norm``, SDPA guard the size back to 1). The
-    size-1 slice repeated is a valid input of the same kinds; the program traced at it runs the size-1 sample as any
-    size under torch.export's unchecked floor of 2, and is kept only where it reproduces the eager outputs at the sample
+    hold through transformers' code on torch 2.13. The repeated size-1 slice is a valid input of the same kinds; the
+    program traced at it is kept only where it reproduces the eager outputs at the size-1 sample
     (:meth:`~engine.exporter_dynamo.DynamoExporter.trace`)."""
     widened, changed = dict(inputs), False
     for name, value in inputs.items():

@@ -32,9 +32,10 @@ from typing import Any
 from sweep.categories import categorize, first_line
 from sweep.matrix import NOT_PASSING, md_cell
 from sweep.results import case_id, dumps_strict, latest_rows
+from sweep.skiplist import LINK_URL
 
 MARKDOWN_ROWS = 25  # rows per section in compare.md (a PR comment); compare.html has them all
-_UPSTREAM = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+")  # a skiplist entry's link
+_UPSTREAM = re.compile(LINK_URL)  # a skiplist entry's link, quoted in a row's skiplist reason
 
 
 @dataclass

@@ -36,7 +36,9 @@ import yaml
 
 KINDS = ("export_skip", "onnx_disable_optimize", "generate_skip")
 BACKENDS = ("eager", "dynamo", "onnx", "executorch")
-LINK = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+$")
+#: a GitHub issue or pull request URL: an entry's ``link`` is one, and rows quote it in their skiplist reason
+LINK_URL = r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+"
+LINK = re.compile(f"^{LINK_URL}$")
 KEYS = {"class", "classes", "backends", "reason", "link", "todo", "versions", "repro", "tracker"}
 TRACKER = re.compile(r"^[\w.-]+/[\w.-]+$")
 GLOB = re.compile(r"[*?\[]")

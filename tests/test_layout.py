@@ -42,29 +42,30 @@ def test_no_module_over_600_lines(folder):
     assert not long, f"split these by concept (at most {MAX_LINES} lines a module): {long}"
 
 
+def _dotted(node: ast.AST) -> str | None:
+    """``a.b.c`` for a chain of attribute reads on a name, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and (owner := _dotted(node.value)):
+        return f"{owner}.{node.attr}"
+    return None
+
+
 def _first_party_imports(path: Path):
     """``(line, module, name)`` for every ``from <engine|sweep>... import name`` and every ``module.name`` read of a
-    first-party module imported whole, in one source file."""
+    first-party module imported whole (``import engine.x`` or ``import engine.x as m``), in one source file."""
     tree = ast.parse(path.read_text())
-    modules = {}  # local name -> first-party module imported whole
+    modules = {}  # the name code reads a first-party module by -> the module
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES and not node.level:
             for alias in node.names:
                 yield node.lineno, node.module, alias.name
         elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] in PACKAGES:
-                    modules[alias.asname or alias.name] = alias.name
+            modules.update({alias.asname or alias.name: alias.name for alias in node.names
+                            if alias.name.split(".")[0] in PACKAGES})
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
-            dotted, base = [node.attr], node.value
-            while isinstance(base, ast.Attribute):
-                dotted.insert(0, base.attr)
-                base = base.value
-            if isinstance(base, ast.Name):
-                full = ".".join([base.id, *dotted[:-1]])
-                if full in modules.values() or base.id in modules and not dotted[:-1]:
-                    yield node.lineno, modules.get(base.id, full) if not dotted[:-1] else full, node.attr
+        if isinstance(node, ast.Attribute) and (module := modules.get(_dotted(node.value))):
+            yield node.lineno, module, node.attr
 
 
 def test_no_private_name_is_imported_across_files():

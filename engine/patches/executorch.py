@@ -82,13 +82,13 @@ def _triple(value) -> tuple[int, int, int]:
 @register_patch("executorch", "torch.nn.functional.conv3d")
 def _patch_conv3d_as_conv2d_over_time(original):
     """Pattern: a 3-D convolution whose temporal kernel equals its temporal stride, without temporal padding or dilation
-    (video tubelet embeddings). ExecuTorch has no 5-D convolution: XNNPACK does not take it, and the portable kernel
-    fails the loaded method with 0x12 ("Expect input tensor to be 3-D or 4-D").
+    (video tubelet embeddings). ExecuTorch has no 5-D convolution: XNNPACK does not take it, the portable kernel fails
+    with 0x12 ("Expect input tensor to be 3-D or 4-D").
 
-    Rewrite: non-overlapping time windows are independent 2-D convolutions, so time folds into the batch (``[N, C, T, H,
-    W]`` -> ``[N * T/kt, C * kt, H, W]``) and the weight's temporal taps into its input channels; the ``conv2d`` goes to
-    XNNPACK. Other 3-D convolutions go to the original. Upstream: no issue found for 5-D convolution in ExecuTorch's
-    portable kernels (TODO: ask for ``conv3d`` there or in XNNPACK's partitioner)."""
+    Rewrite: non-overlapping time windows are independent 2-D convolutions: time folds into the batch (``[N, C, T, H,
+    W]`` -> ``[N * T/kt, C * kt, H, W]``), the weight's temporal taps into its input channels. Other 3-D convolutions go
+    to the original. Upstream: no issue found for 5-D convolution in ExecuTorch's portable kernels (TODO: ask for
+    ``conv3d`` there or in XNNPACK's partitioner)."""
 
     def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         if isinstance(padding, str) or input.dim() != 5:
@@ -123,14 +123,14 @@ def _rejecting(original, refused):
 
 @register_patch("executorch", "torch._subclasses.fake_impls.op_implementations_dict", requires=EXECUTORCH_RANGE)
 def _patch_nonzero_planned_row_major(original):
-    """Pattern: ``torch.nonzero`` (or ``argwhere``) in an ExecuTorch program. torch's CPU and fake ``nonzero`` return
-    the ``(n, ndim)`` indices column-major (strides ``(1, n)``; https://github.com/pytorch/pytorch/pull/130440), so
-    ExecuTorch plans dim order ``(1, 0)``, but its portable kernel writes them row-major: consumers fail with 0x12
-    (InvalidArgument, 'tensors_have_same_dim_order'), or a copy to contiguous order silently transposes the indices.
+    """Pattern: ``torch.nonzero`` (or ``argwhere``) in an ExecuTorch program. torch's CPU and fake ``nonzero`` return the
+    ``(n, ndim)`` indices column-major (strides ``(1, n)``; https://github.com/pytorch/pytorch/pull/130440), so
+    ExecuTorch plans dim order ``(1, 0)``, but its portable kernel writes row-major: consumers fail with 0x12
+    ('tensors_have_same_dim_order'), or a copy to contiguous silently transposes the indices.
 
     Rewrite: while an ExecuTorch program is traced and lowered, the fake kernel returns row-major indices (strides are
-    layout, not data; the table is restored after). TODO: upstream ExecuTorch issue not found (2026-11-28): the portable
-    kernel could honour the planned dim order instead."""
+    layout, not data; restored after). TODO: upstream ExecuTorch issue not found (2026-11-28): the portable kernel could
+    honour the planned dim order instead."""
     nonzero = torch.ops.aten.nonzero.default
     column_major = original[nonzero]
 
@@ -150,13 +150,12 @@ def _patch_nonzero_planned_row_major(original):
     requires=EXECUTORCH_RANGE,
 )
 def _patch_dim_order_of_unbacked_strides(original):
-    """Pattern: a tensor whose strides hold a data-dependent size, e.g. ``(32*u0, 32, 1)`` after a boolean-mask
-    selection (Idefics2/3's ``pixel_values[real_images_inds]``). ExecuTorch orders dims by sorting the strides; its
-    comparator (``exir/tensor.py``, https://github.com/pytorch/executorch/pull/19516) proves ``32 < 32*u0`` by
-    divisibility but not the reverse ``32*u0 < 32`` the sort also asks, and raises GuardOnDataDependentSymNode. Rewrite:
-    strides are positive and a multiple of a stride is not smaller than it (where equal, the dim is 1 long and either
-    order is the same memory), so the answer is False: the original's rule applied both ways, only where it raised.
-    TODO: upstream issue not found for the reverse comparison."""
+    """Pattern: strides holding a data-dependent size, e.g. ``(32*u0, 32, 1)`` after a boolean-mask selection (Idefics2/3's
+    ``pixel_values[real_images_inds]``). ExecuTorch orders dims by sorting strides; its comparator (``exir/tensor.py``,
+    https://github.com/pytorch/executorch/pull/19516) proves ``32 < 32*u0`` by divisibility but not the reverse ``32*u0
+    < 32``, and raises GuardOnDataDependentSymNode. Rewrite: strides are positive and a multiple of a stride is not
+    smaller (if equal, the dim is 1 long: same memory either order), so the answer is False: the original's rule applied
+    both ways, only where it raised. TODO: upstream issue not found for the reverse comparison."""
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, guard_or_false
 
     def dim_order_from_stride(stride):
@@ -347,16 +346,13 @@ def _evaluate_max(expr, syms, spans) -> int | None:
     requires=EXECUTORCH_RANGE,
 )
 def _patch_loose_upper_bound_of_floordiv_ratios(original):
-    """Pattern: sizes that divide a dynamic length by a function of itself (chunked scans, windows): ``n_chunks = padded
-    // chunk`` then ``padded // n_chunks`` (always ``chunk``). ``eval_upper_bound``'s interval arithmetic bounds ``x //
-    (x // 4)`` by ``upper(x) // lower(x // 4)`` (Mamba2's scan: ``[2, 64, 8, 259, 259]`` buffers for ``[2, 64, 8, 4,
-    4]`` tensors, an arena the runtime fails to load), and where it finds no bound (a divisor ranging to 0) returns the
-    traced hint, which later inputs exceed ("Attempted to resize a bounded tensor with a maximum capacity of 1152
-    elements to 1728 elements").
+    """Pattern: sizes dividing a dynamic length by a function of itself (chunked scans): ``n_chunks = padded // chunk``
+    then ``padded // n_chunks``. ``eval_upper_bound``'s interval arithmetic bounds ``x // (x // 4)`` by ``upper(x) //
+    lower(x // 4)`` (Mamba2: ``259`` planned for ``4``), and with no bound (a divisor ranging to 0) returns the traced
+    hint, which later inputs exceed ("Attempted to resize a bounded tensor with a maximum capacity of ...").
 
-    Rewrite: such expressions are evaluated exactly at every point of their symbols' ranges when small (at most 65536
-    points; else the interval bound stands): exact, never above the interval bound, in place of the hint. Upstream:
-    TODO: upstream issue not found (executorch/exir/sym_util.py, eval_upper_bound)."""
+    Rewrite: such expressions are evaluated exactly over their symbols' ranges when small (at most 65536 points; else
+    the interval bound stands). TODO: upstream issue not found (executorch/exir/sym_util.py, eval_upper_bound)."""
 
     def eval_upper_bound(maybe_symint):
         bound = original(maybe_symint)
@@ -381,10 +377,9 @@ def _patch_loose_upper_bound_of_floordiv_ratios(original):
 def _patch_view_planned_at_its_base_capacity(original):
     """Pattern: a view of a dynamic tensor whose dims are other functions of the same symbols than its base's (Mllama's
     ``[32, 17, 16]`` viewed as ``[8, 272, 2, 8]``). ExecuTorch plans a view (``et_view``) inside its base's memory but
-    bounds each dim on its own, so the view's capacity can exceed its base's (load fails: 0x21 from the hierarchical
-    allocator) or fall short (the run fails to resize it). Rewrite: a view holds its base's elements, so where the two
-    differ the view's upper-bound shape becomes ``[base elements, 1, ...]`` (``et_view`` sets the real sizes at run
-    time, checking only the element count). Upstream: TODO: upstream issue not found
+    bounds each dim on its own, so its capacity can exceed the base's (load fails: 0x21) or fall short (resize fails).
+    Rewrite: where the two differ, the view's upper-bound shape becomes ``[base elements, 1, ...]`` (``et_view`` sets
+    real sizes at run time, checking only the element count). Upstream: TODO: upstream issue not found
     (executorch/exir/passes/replace_view_copy_with_view_pass.py ``_ViewSpec``, concretized per dim by
     ``ConstraintBasedSymShapeEvalPass``)."""
     from executorch.exir.passes.replace_view_copy_with_view_pass import _ViewSpec

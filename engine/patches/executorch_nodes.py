@@ -29,12 +29,11 @@ _ZEROED = {
 def _fix_symbolic_empty_as_zeros(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Make an uninitialised allocation of a symbolic size (``new_empty``, ``empty_like``) a zero-filled one.
 
-    Pattern: DeepSeek-V3's latent attention (and its copies) builds its keys with ``kv_nope.new_empty(...)``, filled in
-    place. ExecuTorch's ``dim_order_ops._empty_dim_order`` (what ``aten.empty.memory_format`` becomes) takes ``int[]
-    size``, not ``SymInt[]``, pinning batch and sequence to their traced values. ``zeros`` takes ``SymInt[]`` and lowers
-    to ``full``; an ``empty`` tensor's contents are undefined, so zeros are one of its values. A static ``empty`` is
-    left alone. Upstream: no issue found for ``_empty_dim_order``'s ``int[]`` schema
-    (executorch/exir/passes/dim_order_ops_registry.py) (TODO)."""
+    Pattern: DeepSeek-V3's latent attention (and copies) builds its keys with ``kv_nope.new_empty(...)``, filled in
+    place. ExecuTorch's ``dim_order_ops._empty_dim_order`` (from ``aten.empty.memory_format``) takes ``int[] size``, not
+    ``SymInt[]``, pinning batch and sequence to their traced values. ``zeros`` takes ``SymInt[]`` and lowers to
+    ``full``; ``empty``'s contents are undefined, so zeros are valid. A static ``empty`` is left alone. Upstream: no
+    issue found for ``_empty_dim_order``'s ``int[]`` schema (executorch/exir/passes/dim_order_ops_registry.py) (TODO)."""
     zeroed = _ZEROED.get(node.target) if node.op == "call_function" else None
     val = node.meta.get("val")
     if zeroed is None or not isinstance(val, torch.Tensor) or not any(free_symbols(d) for d in val.shape):
@@ -74,14 +73,13 @@ def _fix_int32_scatter_index_as_int64(gm: torch.fx.GraphModule, node: torch.fx.N
 
 @register_fx_node_fix("executorch")
 def _fix_cat_of_empty_tensors_as_full(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Make a ``torch.cat`` of only empty inputs, with symbolic sizes, an ``aten.full`` of its shape whose sizes are
-    graph nodes (the inputs' ``sym_size``, summed along the cat dim).
+    """Make a ``torch.cat`` of only empty inputs, with symbolic sizes, an ``aten.full`` of its shape whose sizes are graph
+    nodes (the inputs' ``sym_size``, summed along the cat dim).
 
     Pattern: a no-rope layer's zero-width rotary half, ``(batch, heads, length, 0)``, concatenated with the past.
-    ExecuTorch's ``PruneEmptyTensorsPass`` makes it ``aten.full(tuple(shape), 0)`` with the ``SymInt`` sizes as values,
-    and the emitter fails: "Unsupported type encountered in int list" (left a cat, the runtime gives the empty output
-    another shape). This is the ``full`` the pass means. TODO: upstream issue not found
-    (executorch/exir/passes/prune_empty_tensors_pass.py, introduced by
+    ExecuTorch's ``PruneEmptyTensorsPass`` makes it ``aten.full(tuple(shape), 0)`` with ``SymInt`` values, and the
+    emitter fails: "Unsupported type encountered in int list" (left a cat, the runtime misshapes the output). TODO:
+    upstream issue not found (executorch/exir/passes/prune_empty_tensors_pass.py, introduced by
     https://github.com/pytorch/executorch/pull/7954)."""
     if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
         return False

@@ -37,11 +37,10 @@ def _patch_sdpa_fully_masked_rows(original: Callable) -> Callable:
     Pattern: a causal mask with left padding (batched decoder prompts) leaves query rows attending to nothing, where
     torch's SDPA returns zeros (``_safe_softmax``, https://github.com/pytorch/pytorch/issues/103749). Below opset 23
     torchlib masks ``Softmax`` with the lowest finite float (https://github.com/microsoft/onnxscript/pull/2654, dropping
-    the NaN-to-0 of https://github.com/microsoft/onnxscript/pull/2479), so such rows average every value (llama at opset
-    20: logits off by 0.1). TODO: no upstream issue found for that regression.
+    the NaN-to-0 of https://github.com/microsoft/onnxscript/pull/2479), so such rows average every value. TODO: no
+    upstream issue found for that regression.
 
-    Rewrite: SDPA, then the all-False rows zeroed. Float masks (torch and ONNX agree) and opset >= 23 (ONNX
-    ``Attention`` computes as torch) are left alone."""
+    Rewrite: SDPA, then the all-False rows zeroed. Float masks and opset >= 23 (``Attention``) are left alone."""
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, *args, **kwargs):
         output = original(query, key, value, attn_mask, *args, **kwargs)
@@ -61,14 +60,13 @@ def _static_one(size) -> bool:
 def _patch_sdpa_broadcasts_for_attention_op(original: Callable) -> Callable:
     """Spell out the broadcasts of SDPA's batch, key/value heads and its mask's query rows (opset >= 23).
 
-    Pattern: SDPA inputs that broadcast: a batch of 1 (a Q-Former's queries: GraniteSpeech), one key/value head without
-    ``enable_gqa`` (Falcon), a ``(batch, 1, 1, kv_len)`` mask (LayoutLM). The ONNX ``Attention`` op (opset >= 23)
-    refuses them: "SDPA (MHA) requires q_num_heads = kv_num_heads" (torchlib), "inconsistent batch_size (between Q and
-    K)", "inconsistent q_sequence_length (between attn_mask and Q)" (onnxruntime).
+    Pattern: SDPA inputs that broadcast (a batch of 1, one key/value head without ``enable_gqa``, a ``(batch, 1, 1,
+    kv_len)`` mask). The ONNX ``Attention`` op refuses them: "SDPA (MHA) requires q_num_heads = kv_num_heads"
+    (torchlib), "inconsistent batch_size (between Q and K)", "inconsistent q_sequence_length (between attn_mask and Q)"
+    (onnxruntime).
 
-    Rewrite: ``expand`` each to the other's size, torch's own broadcast: same values. Below opset 23 (MatMul/Softmax
-    broadcast) SDPA is left alone. TODO: upstream issue not found (torch/onnx/_internal/exporter/_torchlib/ops/nn.py;
-    onnxruntime attention_helper.h)."""
+    Rewrite: ``expand`` each to the other's size, torch's own broadcast: same values. Below opset 23 SDPA is left alone.
+    TODO: upstream issue not found (torch/onnx/_internal/exporter/_torchlib/ops/nn.py; onnxruntime attention_helper.h)."""
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, *args, **kwargs):
         if (TARGET_OPSET.get() or 0) >= ATTENTION_OPSET and query.dim() == 4:
@@ -284,13 +282,11 @@ def _patch_type_promotion_reads_node_values(original: Callable) -> Callable:
     """Take each node's fake value from ``node.meta["val"]`` instead of re-running it, unless it is promoted.
 
     Pattern: ``torch.onnx.export``'s ``InsertTypePromotion`` pass re-runs every node of the decomposed program in fake
-    mode to rebuild the values already in ``node.meta["val"]``; only a promoted node gets a new value, which the pass
-    computes itself.
+    mode to rebuild the values already in ``node.meta["val"]``; only a promoted node gets a new value.
 
-    Rewrite: other call nodes read their stored value (placeholders, the output and nodes without one run): same model
-    bytes. This also keeps single-trace programs exportable: under ``backed_size_oblivious``, re-running the ``view`` T5
-    records on the transposed attention output fails the stride check of
-    https://github.com/pytorch/pytorch/issues/141107. TODO(upstream): no pytorch issue found; the pass could seed its
+    Rewrite: other call nodes read their stored value (nodes without one run): same model bytes. It also keeps
+    single-trace programs exportable: under ``backed_size_oblivious``, re-running T5's ``view`` fails the stride check
+    of https://github.com/pytorch/pytorch/issues/141107. TODO(upstream): no pytorch issue found; the pass could seed its
     environment from ``node.meta["val"]``."""
     from torch.onnx._internal.fx.passes.type_promotion import get_type_promotion_rule
 

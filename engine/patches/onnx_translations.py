@@ -36,13 +36,13 @@ _ONNX_DTYPE: dict[torch.dtype, ir.DataType] = {
 def _aten_grouped_mm(mat_a: TFloat, mat_b: TFloat, offs: INT64, bias: TFloat | None = None, out_dtype: Any = None) -> TFloat:
     """MoE grouped matmul: ``out[r] = mat_a[r] @ mat_b[g(r)]`` for rows sorted by group, ``offs`` = group ends.
 
-    Pattern: Mixtral-style MoE experts run as ``aten._grouped_mm`` (bf16 on CUDA) or as transformers' custom op
+    Pattern: Mixtral-style MoE experts as ``aten._grouped_mm`` (bf16 on CUDA) or transformers' custom op
     ``transformers::grouped_mm_fallback`` (same contract); torchlib lowers neither: "No ONNX function found". TODO:
     upstream issue not found (torchlib has no ``_grouped_mm``; the custom op is transformers-defined).
 
     Rewrite: the group count ``mat_b.shape[0]`` is static, so one row ``Slice`` + ``MatMul`` per group and a ``Concat``.
-    Half-precision operands multiply in float32, cast back (or to ``out_dtype``), as the kernel accumulates;
-    onnxruntime's CPU provider has no bfloat16 ``MatMul``."""
+    Half-precision operands multiply in float32, cast back (or to ``out_dtype``); onnxruntime's CPU provider has no
+    bfloat16 ``MatMul``."""
     groups = mat_b.shape[0] if mat_b.shape is not None else None
     if not isinstance(groups, int):
         raise ValueError("_grouped_mm: the number of groups (mat_b.shape[0]) must be static to lower to ONNX")

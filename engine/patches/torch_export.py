@@ -135,15 +135,14 @@ def _patch_unique_consecutive_as_run_starts(original):
 @register_patch("pt2", "torch.fx.experimental.symbolic_shapes.ShapeEnv._set_replacement",
                 requires={"torch": ">=2.14,<2.15"})
 def _patch_replacement_skipped_where_bounds_overflow(original):
-    """Pattern: ``torch._check(mask_count == features.numel())`` (a multimodal placeholder check) equates a
-    data-dependent count, ranged up to ``sys.maxsize - 1``, with a product of input sizes; near ``2**63`` torch's
-    recomputed bounds differ by rounding and its own assertion fails: ``tgt_bound=VR[64, 9223372036854775808] not a
-    subset of src_bound=VR[64, 9223372036854775806]``.
+    """Pattern: ``torch._check(mask_count == features.numel())`` (a multimodal placeholder check) equates a data-dependent
+    count, ranged up to ``sys.maxsize - 1``, with a product of input sizes; near ``2**63`` torch's recomputed bounds
+    differ by rounding and its own assertion fails: ``tgt_bound=VR[64, 9223372036854775808] not a subset of
+    src_bound=VR[64, 9223372036854775806]``.
 
-    Rewrite: where that assertion fires the replacement is skipped; the equality stays a deferred runtime assert (as
-    whenever torch declines one) and the refined ranges are kept. Also installed for loading ("pt2"), which replays the
-    assert. TODO(upstream): no torch issue found (torch/fx/experimental/symbolic_shapes.py ``_set_replacement``,
-    2.14.1)."""
+    Rewrite: where that assertion fires the replacement is skipped; the equality stays a deferred runtime assert and the
+    refined ranges are kept. Also installed for loading ("pt2"), which replays the assert. TODO(upstream): no torch
+    issue found (torch/fx/experimental/symbolic_shapes.py ``_set_replacement``, 2.14.1)."""
 
     def set_replacement(self, a, tgt, msg):
         try:
@@ -159,16 +158,14 @@ def _patch_replacement_skipped_where_bounds_overflow(original):
 @register_patch("dynamo", "torch.fx.experimental.symbolic_shapes.DimConstraints.solve",
                 requires={"torch": ">=2.14,<2.15"})
 def _patch_constraint_solver_past_floor_division_equalities(original):
-    """Pattern: a size that must divide evenly through two floor divisions (a pooled-then-upsampled map concatenated
-    with its source: EfficientLoFTR's ``Eq(4*((((s - 1)//8) - 3)//4) + 4, ((s - 1)//8) + 1)``, Xcodec's ``x -
-    320*((x/40)//8)``). The trace keeps the guard, but ``DimConstraints.solve`` (the "suggested fixes") hands it to
+    """Pattern: a size that must divide evenly through two floor divisions (a pooled-then-upsampled map concatenated with
+    its source: EfficientLoFTR). The guard stays, but ``DimConstraints.solve`` (the "suggested fixes") hands it to
     sympy's ``reduce_inequalities``, which raises ``NotImplementedError: The inequality, Eq(-x/8 + 4*((x/8)//4), 0),
     cannot be solved using solve_univariate_inequality``.
 
-    Rewrite: a divisibility guard pins no value, so symbols whose equalities sympy cannot reduce are left out of that
-    solve (upstream's proposal); the guard still refuses bad sizes at run time. Upstream:
-    https://github.com/pytorch/pytorch/issues/131897 (closed for the ``TruncToInt`` form; the ``FloorDiv`` form still
-    raises at torch 2.14.1)."""
+    Rewrite: symbols whose equalities sympy cannot reduce are left out of that solve (upstream's proposal); the guard
+    still refuses bad sizes at run time. Upstream: https://github.com/pytorch/pytorch/issues/131897 (closed for the
+    ``TruncToInt`` form; the ``FloorDiv`` form still raises at torch 2.14.1)."""
     import sympy
 
     def solve(self):

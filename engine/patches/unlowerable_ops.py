@@ -42,11 +42,11 @@ def _fix_searchsorted_as_comparison_count(gm: torch.fx.GraphModule, node: torch.
     """Make ``torch.searchsorted(sorted, values)`` and ``torch.bucketize(values, boundaries)`` a count of the sorted
     entries below each value: ``(sorted < value).sum(-1)`` (``<=`` for ``right=True``).
 
-    Pattern: bucketed patch coordinates (Idefics2/3, Aria: ``torch.bucketize``), question positions (Splinter:
-    ``torch.searchsorted``). torchlib has no ``aten.searchsorted`` (https://github.com/pytorch/pytorch/issues/151648);
-    neither op is Core ATen (https://github.com/pytorch/executorch/issues/20270). The insertion index into a sorted
-    sequence is by definition that count: the same integers, at ``len(sorted)`` times the values' memory. A ``sorter``
-    is gathered first. NaN values count 0 entries where torch puts them last."""
+    Pattern: bucketed patch coordinates (Idefics2/3, Aria: ``bucketize``), question positions (Splinter:
+    ``searchsorted``). torchlib has no ``aten.searchsorted`` (https://github.com/pytorch/pytorch/issues/151648); neither
+    op is Core ATen (https://github.com/pytorch/executorch/issues/20270). The insertion index is by definition that
+    count: the same integers, at ``len(sorted)`` times the values' memory. A ``sorter`` is gathered first. NaN values
+    count 0 entries where torch puts them last."""
     if node.op != "call_function" or node.target not in (torch.ops.aten.searchsorted.Tensor, torch.ops.aten.bucketize.Tensor):
         return False
     bound = node.normalized_arguments(gm, normalize_to_only_use_kwargs=True).kwargs  # every argument, by name
@@ -126,15 +126,15 @@ def _fix_repeat_interleave_as_comparison_count(gm: torch.fx.GraphModule, node: t
 
 
 def _repeat_interleave_as_comparison_count(gm: torch.fx.GraphModule, node: torch.fx.Node, derive_length: bool) -> bool:
-    """Make ``torch.repeat_interleave(repeats, output_size=n)`` (``i`` repeated ``repeats[i]`` times) a comparison
-    count, ``(arange(n)[:, None] >= cumsum(repeats)[None, :]).sum(-1)`` (memory ``n x len(repeats)``); with a 1-D ``x``
-    first, ``x`` gathered at those indices.
+    """Make ``torch.repeat_interleave(repeats, output_size=n)`` a comparison count, ``(arange(n)[:, None] >=
+    cumsum(repeats)[None, :]).sum(-1)`` (memory ``n x len(repeats)``); with a 1-D ``x`` first, ``x`` gathered at those
+    indices.
 
-    Pattern: Kimi-K2.5's temporal merge index, ``repeat_interleave(patches_per_video, output_size=num_patches)``:
-    ``aten.repeat_interleave.Tensor`` is not Core ATen, and torchlib's translation takes no ``output_size``
-    ("aten_repeat_interleave_Tensor() got an unexpected keyword argument 'output_size'"). Without ``output_size``
-    (Inkling2; ExecuTorch only) the length is the output's own size, from the inputs' sizes where torch derived it, else
-    ``repeats.sum().item()`` bound to the node's symbol. TODO: upstream issue not found."""
+    Pattern: Kimi-K2.5's temporal merge index: ``aten.repeat_interleave.Tensor`` is not Core ATen, and torchlib's
+    translation takes no ``output_size`` ("aten_repeat_interleave_Tensor() got an unexpected keyword argument
+    'output_size'"). Without ``output_size`` (ExecuTorch only) the length is the output's own size, from the inputs'
+    sizes where torch derived it, else ``repeats.sum().item()`` bound to the node's symbol. TODO: upstream issue not
+    found."""
     if node.op != "call_function" or node.target not in _REPEAT_INTERLEAVES:
         return False
     bound = node.normalized_arguments(gm, normalize_to_only_use_kwargs=True).kwargs  # every argument, by name
@@ -208,15 +208,14 @@ def _fix_erfinv_as_polynomial(gm: torch.fx.GraphModule, node: torch.fx.Node) -> 
 
 @register_fx_node_fix("executorch")
 def _fix_histc_as_comparison_count(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Make ``torch.histc(x, bins, min, max)`` a count of the elements whose bin index equals each bin.
+    """Make ``torch.histc(x, bins, min, max)`` a count of the elements per bin index.
 
     Pattern: MoE token counts per expert, ``torch.histc(expert_ids.float(), bins=num_experts, min=0, max=num_experts -
-    1)`` (transformers' ``integrations/moe.py``): not Core ATen (no ExecuTorch kernel), and torchlib refuses ``min ==
-    max`` ("aten_histc with min == max (0.0) is not supported"), as one expert gives. Rewrite: torch's CPU kernel in
-    core ops: ``min == max`` takes the data's range (widened by 1 for constant data); an element in range goes to bin
-    ``trunc((x - min) * bins / (max - min))`` (the last edge to the last bin), NaN to none; memory ``x.numel() * bins``
-    booleans. ONNX only where torchlib refuses (:func:`_fix_histc_of_the_data_range`). TODO: upstream issue not found
-    (torchlib ``aten_histc``; no ExecuTorch kernel)."""
+    1)`` (transformers' ``integrations/moe.py``): not Core ATen; torchlib refuses ``min == max`` ("aten_histc with min
+    == max (0.0) is not supported"). Rewrite: torch's CPU kernel in core ops: ``min == max`` takes the data's range (+1
+    if constant); in range, bin ``trunc((x - min) * bins / (max - min))`` (last edge to the last bin), NaN to none. ONNX
+    only where torchlib refuses (:func:`_fix_histc_of_the_data_range`). TODO: upstream issue not found (torchlib
+    ``aten_histc``; no ExecuTorch kernel)."""
     return node.op == "call_function" and node.target is torch.ops.aten.histc.default and _histc_as_count(gm, node)
 
 

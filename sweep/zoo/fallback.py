@@ -63,13 +63,13 @@ def _main_made(ctx: Context) -> torch.Tensor | None:
 def parameter_input(ctx: Context, name: str) -> torch.Tensor | None:
     """A sample of a parameter no recipe knows, from its name, its annotation and config fields named after it.
 
-    * ``X_mask`` / ``X_padding`` next to a made input ``X``: ones (nothing masked) / zeros (nothing padded);
-      ``X_cutoffs`` / ``X_lengths``: one segment spanning all of ``X``;
+    * ``X_mask`` / ``X_padding`` next to a made input ``X``: ones / zeros; ``X_cutoffs`` / ``X_lengths``: one segment
+      spanning all of ``X``;
     * indices: ``*_type_ids`` zeros, ``*_ids`` token ids, ``num_*`` small counts, a parameter with a config count
-      ``X_size`` / ``num_Xs`` that sizes one of the model's embedding tables: indices into it, ``(B, 1)``;
-      other integer tensors: positions inside the text, ``(B, SEQ)``;
-    * floats: a config width named after the parameter (``max_state_dim``, ``speaker_embedding_dim``) gives one
-      vector per sample ``(B, width)``; otherwise a sequence of the model's width ``(B, SEQ, width)``.
+      ``X_size`` / ``num_Xs`` sizing an embedding table: indices into it, ``(B, 1)``; other integer tensors: positions
+      inside the text, ``(B, SEQ)``;
+    * floats: a config width named after the parameter (``max_state_dim``) gives ``(B, width)``; otherwise ``(B, SEQ,
+      width)`` at the model's width.
     """
     annotation = _annotation(ctx, name)
     for suffix, fill in (("_padding_mask", 1), ("_mask", 1), ("_padding", 0)):

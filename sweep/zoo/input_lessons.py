@@ -381,12 +381,11 @@ def placeholders_expanded_inside(model: torch.nn.Module, candidate: dict[str, An
     """The hints for processor-expanded audio placeholders, when the forward expanded them itself.
 
     A model with a legacy merge (Qwen2-Audio's ``_merge_input_ids_with_audio_features``, taken when no two audio
-    placeholders are adjacent) accepts one placeholder per clip and returns a sequence longer than ``input_ids``
-    by the features it spliced in. Its processor writes one placeholder per feature, and under torch.export the
-    model takes that path only (``is_torchdynamo_compiling()``), so a sample in the legacy layout compares two
-    different computations. ``extra`` more rows per sample than placeholders in the text: the hints ask for
-    ``placeholders + extra`` placeholders per row. None when the output is not longer, the rows differ, or the
-    hints already set a count."""
+    placeholders are adjacent) takes one placeholder per clip and returns a sequence longer than ``input_ids``. Its
+    processor writes one placeholder per feature, and under torch.export the model takes that path only
+    (``is_torchdynamo_compiling()``), so a legacy-layout sample compares two different computations. ``extra`` more rows
+    per sample than placeholders: the hints ask for ``placeholders + extra`` per row. None when the output is not
+    longer, the rows differ, or the hints already set a count."""
     ids = candidate.get("input_ids")
     # the id the inputs' recipe writes the placeholders with (sweep.zoo.modalities.input_ids)
     ctx = Context(config=model.config, model=model, gen=torch.Generator(), batch=BATCH, hints=hints, params={})

@@ -28,32 +28,35 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
                   base=None, implicit_defaults: dict | None = None):
     """A tiny, validated instance of ``config_class`` (or of ``base``'s class, starting from ``base``).
 
-    Steps, in order:
-
-    1. **Raw tree**: the default config (or ``base``) read back as *raw* constructor arguments
-       (:mod:`sweep.zoo.config_tree`), so that ``__post_init__`` re-derives ``head_dim``, ``layer_types``, ...
-    2. **Measure** what later steps compare against: every primary width, the special token id map (ids outside the
-       new vocab onto its top, the same old id to the same new id everywhere), patches per image, the image side,
-       and widths that sum a config's own width and its towers'.
-    3. **Rules**: each node shrunk by :data:`sweep.zoo.shrink_rules.RULES`.
-    4. **Tower width sums** are summed again from the shrunk widths.
-    5. **Image token counts** (and tables keyed by patches per image) scale with the patches per image.
-    6. **Channel maps**: lists naming a sub-config's channels (a detector's backbone stages) take its new channels.
-    7. **Pinpoints**: any-resolution tilings scale with the image side.
-    8. **Placeholder ids** a multimodal config leaves None get reserved ids; an image-token ``vocabulary_map`` the
-       checkpoints would ship (Chameleon, Emu3) is written for a small codebook.
-    9. **Tower layer indices** in a config without layers are clamped into its vision tower.
-    10. **Implicit defaults**: values the modeling code assumes when the config leaves them out (learned from a
-        forward error, :func:`sweep.zoo.implicit_default_lessons.implicit_default_from_error`), applied after the
-        generic rescaling, with vocabularies raised and projection widths matched as they ask.
-    11. **Overrides**: the per-model overrides of ``sweep/zoo/data/overrides.yaml``.
-    11b. **timm towers** a config names (``TimmWrapperConfig``) shrink through their ``model_args``
-        (:mod:`sweep.zoo.timm_towers`), after the overrides (which may name the architecture); the config's
-        ``hidden_size`` becomes the tower's width and lists of its feature channels follow the new ones.
-    12. **Build**: sub-configs first, through the config classes' own validation; an equality, layer-index or
-        required-value message repairs the tree and builds again
-        (:func:`sweep.zoo.validation_lessons.repair_config`).
+    The default config (or ``base``) is read back as raw constructor arguments (:mod:`sweep.zoo.config_tree`) so that
+    ``__post_init__`` re-derives ``head_dim``, ``layer_types``, ...; each node is shrunk by
+    :data:`sweep.zoo.shrink_rules.RULES`, the values that depend on widths, patches and the image side follow, implicit
+    defaults, ``sweep/zoo/data/overrides.yaml`` and timm towers apply, and the config is built through its classes'
+    validation, repairing the tree on an error (:func:`sweep.zoo.validation_lessons.repair_config`). The steps are
+    listed at the top of the body.
     """
+    # Steps, in order:
+    # 1. Raw tree: the default config (or ``base``) as raw constructor arguments.
+    # 2. Measure what later steps compare against: every primary width, the special token id map (ids outside the new
+    #    vocab onto its top, the same old id to the same new id everywhere), patches per image, the image side, and
+    #    widths that sum a config's own width and its towers'.
+    # 3. Rules: each node shrunk by ``sweep.zoo.shrink_rules.RULES``.
+    # 4. Tower width sums are summed again from the shrunk widths.
+    # 5. Image token counts (and tables keyed by patches per image) scale with the patches per image.
+    # 6. Channel maps: lists naming a sub-config's channels (a detector's backbone stages) take its new channels.
+    # 7. Pinpoints: any-resolution tilings scale with the image side.
+    # 8. Placeholder ids a multimodal config leaves None get reserved ids; an image-token ``vocabulary_map`` the
+    #    checkpoints would ship (Chameleon, Emu3) is written for a small codebook.
+    # 9. Tower layer indices in a config without layers are clamped into its vision tower.
+    # 10. Implicit defaults: values the modeling code assumes when the config leaves them out (learned from a forward
+    #     error, ``sweep.zoo.implicit_default_lessons.implicit_default_from_error``), applied after the generic
+    #     rescaling, with vocabularies raised and projection widths matched as they ask.
+    # 11. Overrides: the per-model overrides of ``sweep/zoo/data/overrides.yaml``.
+    # 11b. timm towers a config names (``TimmWrapperConfig``) shrink through their ``model_args``
+    #      (``sweep.zoo.timm_towers``), after the overrides (which may name the architecture); the config's
+    #      ``hidden_size`` becomes the tower's width and lists of its feature channels follow the new ones.
+    # 12. Build: sub-configs first, through the config classes' own validation; an equality, layer-index or
+    #     required-value message repairs the tree and builds again (``sweep.zoo.validation_lessons.repair_config``).
     root = raw_tree(base, from_defaults=False) if base is not None else raw_tree(default_config(config_class))
     widths = tree_widths(root)
     token_map = token_id_map(root, profile.vocab)

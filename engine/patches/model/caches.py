@@ -33,13 +33,11 @@ def _prefill_conv_state_padded(cache):
 def _patch_prefill_conv_state_padded_whatever_its_length(original):
     """Pattern: ``if full_conv_states.shape[-1] < self.conv_kernel_size[state_idx]: pad``
     (``LinearAttentionLayer.update_conv_state``), a Python test of the traced prompt length: traced longer than the
-    kernel, the program guards ``seq >= kernel`` and refuses shorter prompts (Lfm3, kernel 7: 'between 7 and 254' at 6
-    tokens).
+    kernel, the program guards ``seq >= kernel`` and refuses shorter prompts (Lfm3, kernel 7: 'between 7 and 254').
 
     Rewrite: while the short convolution runs, the cache's update gets a conv state already padded by ``kernel`` zero
-    columns (:func:`_prefill_conv_state_padded`): the test is false at every length, and the cached state and the
-    convolution's output sliced back to the prompt are the same (a causal convolution pads with zeros on the left
-    anyway). Registered for Lfm3 only, though the layer's other users share the pattern. No upstream issue found; TODO
+    columns (:func:`_prefill_conv_state_padded`): the test is false at every length, with the same cached state and
+    sliced output (a causal convolution pads with zeros on the left anyway). Lfm3 only. No upstream issue found; TODO
     (transformers): pad without the branch."""
 
     @functools.wraps(original)

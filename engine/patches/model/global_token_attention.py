@@ -157,15 +157,13 @@ class _ZeroPaddingBranchTaken(ast.NodeTransformer):
 def _patch_window_padding_without_its_branch(original):
     """Pad to the attention window (and cut the padding off again) whatever the padding length, 0 included.
 
-    Pattern: Longformer and LED pad to a multiple of ``attention_window`` under ``if padding_len > 0:`` (LED's encoder
-    also unpads under it): a guard on ``seq_len % window`` (``(4 - s % 4) % 4 <= 0`` failed at 8 tokens), so a program
-    traced at a length that needs padding rejects every multiple of the window, and vice versa.
+    Pattern: Longformer and LED pad to a multiple of ``attention_window`` under ``if padding_len > 0:`` (LED also
+    unpads): a guard on ``seq_len % window`` (``(4 - s % 4) % 4 <= 0``), so a program traced at a length needing padding
+    rejects multiples of the window, and vice versa.
 
-    Rewrite: the branch always taken (padding by 0 is a no-op; the unpadding slice ends at ``size - padding_len``),
-    after a ``torch._check`` that the masks and ids padded along have the tokens' length: without it their lengths are
-    separate symbols and the padding is guarded at its traced value (``pad != 0``). Torch's layout probe of the
-    sliced-off padding still guards ``pad != 0`` (pytorch/pytorch#165032), a refusal that names the guard. No upstream
-    issue found for the branch."""
+    Rewrite: the branch always taken (padding by 0 is a no-op), after a ``torch._check`` that the masks and ids padded
+    along have the tokens' length (else ``pad != 0`` is guarded). Torch's layout probe of the sliced-off padding still
+    guards ``pad != 0`` (pytorch/pytorch#165032). No upstream issue found for the branch."""
     rewritten = recompiled(original, _ZeroPaddingBranchTaken())
     if original.__name__ != "_pad_to_window_size" or rewritten is original:
         return rewritten

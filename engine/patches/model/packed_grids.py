@@ -208,10 +208,12 @@ def _binding_modules(originals: dict[str, Any]) -> list[tuple[Any, str]]:
     return found
 
 
+@register_trace_context("dynamo")
 @contextlib.contextmanager
-def vectorized_vision_grids() -> Iterator[list[str]]:
+def vectorized_vision_grids(model: torch.nn.Module | None = None) -> Iterator[list[str]]:
     """While inside, the grid helpers of ``transformers.vision_utils`` (where loaded) are the vectorized ones above,
-    in ``vision_utils`` and in every loaded modeling module that imported them; yields the modules patched."""
+    in ``vision_utils`` and in every loaded modeling module that imported them, whatever ``model`` is traced (they
+    are module functions); yields the modules patched."""
     vision_utils = sys.modules.get(_VISION_UTILS)
     if vision_utils is None:
         yield []
@@ -224,12 +226,6 @@ def vectorized_vision_grids() -> Iterator[list[str]]:
         yield sorted({module.__name__ for module, _ in bindings})
 
 
-@register_trace_context("dynamo")
-def grid_helpers_without_loops(model: torch.nn.Module):
-    """:func:`vectorized_vision_grids` around every trace: the helpers are module functions, whoever calls them."""
-    return vectorized_vision_grids()
-
-
 _WINDOW_PERMUTING_TOWERS = {"qwen2_5_vl": "Qwen2_5_VisionTransformerPretrainedModel",
                             "qwen2_5_omni": "Qwen2_5OmniVisionEncoder", "exaone4_5": "Exaone4_5_VisionModel"}
 
@@ -238,12 +234,12 @@ _WINDOW_PERMUTING_TOWERS = {"qwen2_5_vl": "Qwen2_5_VisionTransformerPretrainedMo
                             for m, c in _WINDOW_PERMUTING_TOWERS.items()))
 def _patch_window_permutation_sizes_tied_to_the_input(original):
     """Pattern: ``input_tensor.reshape(seq_len // unit, unit, -1)[window_index]``, where ``window_index`` and the rotary
-    tables permuted the same way come from ``grid_thw`` values: under torch.export their lengths are data-dependent
-    symbols unrelated to ``seq_len``, the reshape's ``-1`` becomes ``d * u // (seq_len // unit)``, and ExecuTorch plans
-    it at every symbol's worst case (GBs, or no finite bound). Rewrite: every valid input has one window entry per
-    merged token and a table row per patch, so both are stated as runtime checks, which torch.export turns into
-    equalities: the sizes become functions of ``seq_len``. No upstream issue found; TODO (transformers): size the window
-    index from ``hidden_states``."""
+    tables permuted alike come from ``grid_thw`` values: under torch.export their lengths are data-dependent symbols
+    unrelated to ``seq_len``, the reshape's ``-1`` becomes ``d * u // (seq_len // unit)``, and ExecuTorch plans it at
+    every symbol's worst case (GBs, or no finite bound). Rewrite: every valid input has one window entry per merged
+    token and a table row per patch, stated as runtime checks that torch.export turns into equalities: the sizes become
+    functions of ``seq_len``. No upstream issue found; TODO (transformers): size the window index from
+    ``hidden_states``."""
 
     def permute_input_for_window_attn(self, input_tensor, window_index, seq_len):
         torch._check(input_tensor.shape[0] == seq_len)
