@@ -10,7 +10,7 @@ labels are the only ones (``engine/README.md`` explains each; ``tests/test_layou
 
 1. **Prepare**: the config; the backend's device, dtype and partitioners (ExecuTorch), the opset (ONNX).
 2. **Trace**: ``torch.export`` with the exporter's patches, in steps:
-   2a **Dynamic shapes** (and the size-1 widening), 2b **Patches**, 2c **Forward-signature flattening**,
+   2a **Dynamic shapes** (the size-1 widening, the retrace where guards restrict a dim), 2b **Patches**, 2c **Forward-signature flattening**,
    2d **Trace contexts**, 2e **Pytree registration**, 2f **Model state clean-up**, 2g **Lower bounds**,
    2h **Specialisation and shape-guard report**.
 3. **Fix the program**: the backend's FX program and node fixes (ExecuTorch first bounds every dynamic dim).

@@ -70,6 +70,8 @@ class DynamoExporter:
     config_class: type[DynamoConfig] = DynamoConfig
     #: patch registries active while tracing; subclasses add their backend's
     patch_backends: tuple[str, ...] = ("dynamo",)
+    #: whether a program whose guards restrict a dim is retraced size-oblivious (:meth:`_retrace_where_guards_restrict`)
+    size_oblivious_retrace: bool = True
 
     def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: DynamoConfig | Mapping | None = None):
         """The pipeline, stage by stage (the stages every exporter shares: :mod:`engine`); stages 4-6 (lower,
@@ -126,6 +128,10 @@ class DynamoExporter:
                 program = self._trace_at(model, inputs, flags, dynamic_shapes, config)
             except Exception as e:
                 raise ExportStageError("export", name, e) from e
+        # guards that reject larger sizes within a dim's bounds (Mamba2 traced below its chunk keeps one chunk): a
+        # retrace that takes fewer is kept where it holds at the sample and at a size the first one rejected
+        if dynamic_shapes is not None:
+            program = self._retrace_where_guards_restrict(program, model, inputs, flags, dynamic_shapes, config)
 
         # ── 2g: Lower bounds: what the 0/1-specialisation floor made checked (dynamic=True specs only) ─────
         if auto_shapes:
@@ -140,8 +146,9 @@ class DynamoExporter:
         return program
 
     def _trace_at(self, model: torch.nn.Module, inputs: Mapping[str, Any], flags: Mapping[str, Any], dynamic_shapes: Any,
-                  config: DynamoConfig) -> torch.export.ExportedProgram:
-        """Steps 2b-2f around :meth:`export_program`, for one sample."""
+                  config: DynamoConfig, *, two_passes: bool = False) -> torch.export.ExportedProgram:
+        """Steps 2b-2f around :meth:`export_program`, for one sample (``two_passes``: the plain ``torch.export``
+        of this class, whose decompositions the backend then runs, instead of a subclass's single trace)."""
         name = model_name(model)
         with contextlib.ExitStack() as stack:
             # ── 2b: Patches: of the exporter's backends, model patches first ──
@@ -170,9 +177,59 @@ class DynamoExporter:
             stack.enter_context(stack_traces_as_configured(config))
 
             with fake_dispatch_cache_off_while_tracing():
-                program = self.export_program(model, inputs, dynamic_shapes, config)
+                export_program = DynamoExporter.export_program if two_passes else type(self).export_program
+                program = export_program(self, model, inputs, dynamic_shapes, config)
             restore_fake_dispatch_cache(program)
             return program
+
+    def _retrace_where_guards_restrict(self, program: torch.export.ExportedProgram, model: torch.nn.Module,
+                                       inputs: Mapping[str, Any], flags: Mapping[str, Any], dynamic_shapes: Any,
+                                       config: DynamoConfig) -> torch.export.ExportedProgram:
+        """``program``, or a retrace whose guards reject fewer of the probed sizes (:func:`engine.shape_guards.probe_plan`).
+
+        Pattern: a derived size the sample makes 0 or 1 (one chunk of a Mamba2 traced below ``chunk_size``) is
+        specialised like a size-1 dim, so the program refuses every longer input. Tried in turn: the sample traced
+        under ``backed_size_oblivious`` (no 0/1 specialisation of derived sizes; in two passes, as the single trace's
+        decompositions guard again), then the sample grown to the first rejected size. A retrace is kept only if it accepts the sample and computes the eager outputs there and at a
+        size the first program rejected; else ``program`` stays, its guards named by 2h."""
+        import torch.fx.experimental._config as fx_config
+
+        from engine.shape_guards import grow_dim, probe_plan, program_guards, rejected_probes
+
+        traced, probes = probe_plan(program)
+        before = rejected_probes(program_guards(program), traced, probes)
+        if not before:
+            return program
+        name = model_name(model)
+        leaf, [(size, _), *_] = next(iter(before.items()))
+        attempts = [("size-oblivious at the sample", inputs if self.size_oblivious_retrace else None, True),
+                    (f"at {leaf[0]} dim {leaf[1]} = {size}", grow_dim(inputs, program, leaf, size), False)]
+        for how, sample, oblivious in attempts:
+            if sample is None:
+                continue
+            try:
+                with fx_config.patch(backed_size_oblivious=oblivious):
+                    candidate = self._trace_at(model, sample, flags, dynamic_shapes, config, two_passes=oblivious)
+            except Exception as e:
+                logger.debug("%s: retrace %s failed (%s: %s)", name, how, type(e).__name__, e)
+                continue
+            record = program_guards(candidate)
+            if rejected_probes(record, traced, {leaf: [traced[leaf]]}):
+                logger.debug("%s: retrace %s rejects the sample; kept the first trace", name, how)
+                continue
+            after = rejected_probes(record, traced, probes)
+            newly = [(where, s) for where, rejected in before.items() for s, _ in rejected
+                     if s not in {t for t, _ in after.get(where, ())}]
+            if sum(map(len, after.values())) >= sum(map(len, before.values())) or not newly:
+                logger.debug("%s: retrace %s rejects as many sizes; kept the first trace", name, how)
+                continue
+            at_newly = grow_dim(inputs, program, *newly[0])
+            if at_newly is None or not all(self._reproduces_sample(candidate, model, s, flags) for s in (inputs, at_newly)):
+                logger.debug("%s: retrace %s differs from eager at the sample or at %s", name, how, newly[0])
+                continue
+            logger.debug("%s: retrace %s kept: its guards reject fewer sizes", name, how)
+            return candidate
+        return program
 
     @staticmethod
     def _reproduces_sample(program: torch.export.ExportedProgram, model: torch.nn.Module, inputs: Mapping[str, Any],

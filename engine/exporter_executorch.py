@@ -106,6 +106,10 @@ class ExecutorchExporter(DynamoExporter):
 
     config_class = ExecutorchConfig
     patch_backends = ("dynamo", "executorch")
+    # TODO: the lowering's retraces (run_decompositions, the edge passes) specialise a size-oblivious program's
+    # derived sizes at 1 again (a Mamba2 traced below its chunk: et_view/expand refuse two chunks, error 0x12);
+    # until they run size-oblivious too, such programs keep their guards, checked by the runner
+    size_oblivious_retrace = False
 
     def export(self, model: torch.nn.Module, inputs: Mapping[str, Any], config: ExecutorchConfig | Mapping | None = None):
         """The pipeline, stage by stage (the stages every exporter shares: :mod:`engine`)."""

@@ -6,7 +6,8 @@ traced at 7 tokens, shorter than its chunk of 8, computes one chunk: ``(s + (8 -
 reaches a kernel with shapes it was not built for (onnxruntime: an invalid ``Expand``; ExecuTorch: error 0x12 or a
 native crash). So the exporters record the guards (as Python expressions over the input dims) in the artifact's
 metadata, :func:`check` rejects sizes that break one with an :class:`InputError` naming it, and
-:func:`warn_restrictive` tells at export which dims the guards restrict within their bounds.
+:func:`warn_for_program` tells at export which dims the guards restrict within their bounds. :func:`probe_plan`,
+:func:`rejected_probes` and :func:`grow_dim` let the exporter retrace where they do (``DynamoExporter.trace``, 2a).
 
 The recorded expressions are evaluated by a whitelist of integer arithmetic and comparisons (:func:`_evaluate`),
 never by ``eval``: an artifact is data.
@@ -169,36 +170,8 @@ def check(label: str, record: Mapping[str, Any] | None, given: Mapping[str, torc
                              "at sizes where the model takes the general path) to run them")
 
 
-def warn_restrictive(label: str, record: Mapping[str, Any], traced: Mapping[str, int],
-                     upper: Mapping[str, int | None]) -> None:
-    """One :class:`ShapeGuardWarning` when the guards reject sizes of a dynamic dim within its bounds (tried: one
-    more than traced, twice and three times traced, each dim alone), naming the dims, a rejected size and the
-    guards."""
-    found: dict[str, tuple[int, str]] = {}
-    for sym, size in traced.items():
-        for candidate in (size + 1, 2 * size, 3 * size):
-            if upper.get(sym) is not None and candidate > upper[sym]:
-                continue
-            broken = next((c for c in record["guards"] if holds(c, {**traced, sym: candidate}) is False), None)
-            if broken is not None:
-                found[sym] = (candidate, broken)
-                break
-    if not found:
-        return
-    dims = record["dims"]
-    listing = "; ".join(f"{dims[sym][0]} dim {dims[sym][1]} (traced {traced[sym]}) rejects {size}, by "
-                        f"{_named(code, dims)}" for sym, (size, code) in list(found.items())[:QUOTED])
-    warnings.warn(f"{label}: the model's code at the traced sizes left guards on {len(found)} dynamic dim(s), so "
-                  f"the program runs only at sizes where they hold: {listing}. Other sizes raise InputError; to "
-                  "run them, trace at sizes where the model takes its general path (a Mamba2 traced shorter than "
-                  "its chunk_size keeps one chunk).", ShapeGuardWarning, stacklevel=3)
-
-
-def warn_for_program(label: str, program: torch.export.ExportedProgram) -> dict:
-    """:func:`warn_restrictive` over ``program``'s guards, tried around its traced sizes; returns the record."""
-    record = program_guards(program)
-    if not record["guards"]:
-        return record
+def _leaf_sizes(program: torch.export.ExportedProgram, record: Mapping[str, Any]) -> tuple[dict, dict]:
+    """``({(leaf, dim): traced size}, {(leaf, dim): upper bound or None})`` of the dims ``record`` names."""
     from torch.utils._sympy.numbers import IntInfinity
 
     traced, upper = {}, {}
@@ -207,8 +180,82 @@ def warn_for_program(label: str, program: torch.export.ExportedProgram) -> dict:
         for size in getattr(val, "shape", ()) if isinstance(val, torch.Tensor) else ():
             sym = str(size.node.expr) if isinstance(size, torch.SymInt) else None
             if sym in record["dims"] and size.node.hint is not None:
-                traced[sym] = int(size.node.hint)
+                leaf = tuple(record["dims"][sym])
+                traced[leaf] = int(size.node.hint)
                 vr = program.range_constraints.get(size.node.expr)
-                upper[sym] = None if vr is None or isinstance(vr.upper, IntInfinity) else int(vr.upper)
-    warn_restrictive(label, record, traced, upper)
+                upper[leaf] = None if vr is None or isinstance(vr.upper, IntInfinity) else int(vr.upper)
+    return traced, upper
+
+
+def probe_plan(program: torch.export.ExportedProgram) -> tuple[dict, dict]:
+    """``(traced, probes)``: each guarded dim's traced size, keyed ``(leaf, dim)``, and the larger sizes within its
+    bounds that :func:`rejected_probes` tries (the next :data:`NEXT_SIZES` sizes, twice and three times traced)."""
+    traced, upper = _leaf_sizes(program, program_guards(program))
+    probes = {leaf: [c for c in sorted({*range(size + 1, size + NEXT_SIZES + 1), 2 * size, 3 * size})
+                     if upper[leaf] is None or c <= upper[leaf]] for leaf, size in traced.items()}
+    return traced, probes
+
+
+#: how many sizes above the traced one :func:`probe_plan` tries one by one
+NEXT_SIZES = 16
+
+
+def rejected_probes(record: Mapping[str, Any], traced: Mapping[tuple, int],
+                    probes: Mapping[tuple, list[int]]) -> dict[tuple, list[tuple[int, str]]]:
+    """``{(leaf, dim): [(size, guard broken), ...]}``: the probed sizes (each dim alone, the others at ``traced``)
+    that ``record``'s guards reject. Keyed by input leaf, so programs traced at other samples compare."""
+    by_leaf = {tuple(where): sym for sym, where in record["dims"].items()}
+    at = {sym: traced[leaf] for leaf, sym in by_leaf.items() if leaf in traced}
+    found: dict[tuple, list[tuple[int, str]]] = {}
+    for leaf, sizes in probes.items():
+        sym = by_leaf.get(leaf)
+        for size in sizes if sym is not None else ():
+            broken = next((c for c in record["guards"] if holds(c, {**at, sym: size}) is False), None)
+            if broken is not None:
+                found.setdefault(leaf, []).append((size, broken))
+    return found
+
+
+def grow_dim(inputs: Mapping[str, Any], program: torch.export.ExportedProgram, leaf: tuple[str, int],
+             size: int) -> dict[str, Any] | None:
+    """``inputs`` with the dim ``leaf`` and every top-level tensor dim traced as the same symbol repeated up to
+    ``size`` (a valid input of the same kinds, like :func:`engine.shapes.widen_unit_dims`); None where the symbol
+    also sizes a nested leaf or a derived dim, which cannot be grown alike."""
+    from engine.input_checks import named_user_inputs
+
+    named = named_user_inputs(program)
+    values = dict(named or ())
+    target = values.get(leaf[0])
+    if target is None or not isinstance(target.shape[leaf[1]], torch.SymInt):
+        return None
+    sym = target.shape[leaf[1]].node.expr
+    grown = dict(inputs)
+    for name, val in named:
+        for d, dim in enumerate(getattr(val, "shape", ())):
+            if not isinstance(dim, torch.SymInt) or sym not in dim.node.expr.free_symbols:
+                continue
+            if dim.node.expr != sym or not isinstance(grown.get(name), torch.Tensor):
+                return None
+            tensor = grown[name]
+            grown[name] = torch.cat([tensor] * -(-size // tensor.shape[d]), dim=d).narrow(d, 0, size)
+    return grown
+
+
+def warn_for_program(label: str, program: torch.export.ExportedProgram) -> dict:
+    """One :class:`ShapeGuardWarning` when ``program``'s guards reject sizes of a dynamic dim within its bounds
+    (:func:`probe_plan`), naming the dims, the first rejected size and its guard; returns the guard record."""
+    record = program_guards(program)
+    if not record["guards"]:
+        return record
+    traced, probes = probe_plan(program)
+    found = rejected_probes(record, traced, probes)
+    if not found:
+        return record
+    dims = record["dims"]
+    listing = "; ".join(f"{leaf} dim {d} (traced {traced[(leaf, d)]}) rejects {rejected[0][0]}, by "
+                        f"{_named(rejected[0][1], dims)}" for (leaf, d), rejected in list(found.items())[:QUOTED])
+    warnings.warn(f"{label}: the model's code at the traced sizes left guards on {len(found)} dynamic dim(s), so "
+                  f"the program runs only at sizes where they hold: {listing}. Other sizes raise InputError; these "
+                  "guards are branches of the model's code at the traced sizes (a Mamba2 pads only lengths that are "
+                  "not whole chunks): export with a sample on the side of the branch you need.", ShapeGuardWarning, stacklevel=3)
     return record

@@ -55,7 +55,7 @@ def test_check_names_the_guard_and_the_sizes():
 
 @pytest.fixture(scope="module")
 def mamba2():
-    """Mamba2 traced at 7 tokens, below its chunk of 8: the trace keeps one chunk."""
+    """Mamba2 traced at 7 tokens, below its chunk of 8: a plain trace keeps one chunk."""
     torch.manual_seed(0)
     config = tf.Mamba2Config(vocab_size=96, hidden_size=32, num_hidden_layers=1, state_size=8, expand=2, head_dim=8,
                              n_groups=1, chunk_size=8, num_heads=8)
@@ -63,7 +63,10 @@ def mamba2():
 
 
 @pytest.mark.parametrize("backend", ["dynamo", "onnx", "executorch"])
-def test_mamba2_traced_below_a_chunk_states_the_bound_and_refuses_longer_inputs_by_name(mamba2, backend):
+def test_mamba2_traced_below_a_chunk_runs_longer_inputs_or_names_the_guard(mamba2, backend):
+    """The size-oblivious retrace drops the one-chunk guard on dynamo and ONNX: 9 and 12 tokens run and match eager;
+    what stays is Mamba2's own branch on padding (multiples of 8 rejected, named). ExecuTorch keeps the first
+    trace (its lowering specialises again: ``ExecutorchExporter.size_oblivious_retrace``), its guard named."""
     from engine.exporter_executorch import ExecutorchExporter
 
     model, inputs = mamba2
@@ -74,10 +77,50 @@ def test_mamba2_traced_below_a_chunk_states_the_bound_and_refuses_longer_inputs_
         program = exporter.export(model, inputs, config=config)
     stated = [str(w.message) for w in caught if issubclass(w.category, ShapeGuardWarning)]
     assert len(stated) == 1 and "input_ids dim 1 (traced 7) rejects 8" in stated[0], stated
-    shorter = {"input_ids": torch.randint(0, 96, (2, 5))}
-    with torch.no_grad():
-        expected = model(**shorter).logits
-    torch.testing.assert_close(run_exported(program, shorter)["logits"], expected, atol=1e-4, rtol=1e-4)
-    # above one chunk: a named InputError on every backend (onnxruntime's invalid Expand, ExecuTorch's 0x12 before)
+    runs = [5, 9, 12] if backend != "executorch" else [5]
+    for length in runs:
+        given = {"input_ids": torch.randint(0, 96, (2, length))}
+        with torch.no_grad():
+            expected = model(**given).logits
+        torch.testing.assert_close(run_exported(program, given)["logits"], expected, atol=1e-4, rtol=1e-4)
+    # outside the guards: a named InputError on every backend (onnxruntime's invalid Expand, ExecuTorch's 0x12 before)
     with pytest.raises(InputError, match=r"input_ids dim 1"):
-        run_exported(program, {"input_ids": torch.randint(0, 96, (2, 12))})
+        run_exported(program, {"input_ids": torch.randint(0, 96, (2, 16 if backend != "executorch" else 12))})
+
+
+class Chunked(torch.nn.Module):
+    """Mamba2's pattern in small: pad to whole chunks of 4, then one output per chunk."""
+
+    def forward(self, x, mask):
+        pad = (4 - x.shape[1] % 4) % 4
+        return torch.nn.functional.pad(x * mask, (0, pad)).reshape(x.shape[0], -1, 4).cumsum(1).sum(-1)
+
+
+class Branchy(Chunked):
+    """The same, with a Python branch on one chunk: a retrace must not take the other side for the sample."""
+
+    def forward(self, x, mask):
+        out = super().forward(x, mask)
+        return out * 2 if out.shape[1] == 1 else out
+
+
+def test_a_trace_below_one_chunk_is_retraced_to_run_longer_inputs_unless_the_model_branches_on_it():
+    from engine.shape_guards import grow_dim, probe_plan, program_guards, rejected_probes
+
+    x, mask = torch.rand(2, 3), torch.ones(2, 3)
+    program = DynamoExporter().export(Chunked().eval(), {"x": x, "mask": mask}, config={"dynamic": True})
+    for length in (3, 5, 9):  # a plain trace at 3 keeps one chunk and refuses 5 and 9
+        given = {"x": torch.rand(2, length), "mask": torch.ones(2, length)}
+        torch.testing.assert_close(program.module()(**given), Chunked()(**given))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        branchy = DynamoExporter().export(Branchy().eval(), {"x": x, "mask": mask}, config={"dynamic": True})
+    stated = [str(w.message) for w in caught if issubclass(w.category, ShapeGuardWarning)]
+    assert len(stated) == 1 and "x dim 1 (traced 3) rejects 5" in stated[0], stated
+    torch.testing.assert_close(branchy.module()(x=x, mask=mask), Branchy()(x, mask))
+    traced, probes = probe_plan(branchy)
+    assert [size for size, _ in rejected_probes(program_guards(branchy), traced, probes)[("x", 1)]][:2] == [5, 6]
+    grown = grow_dim({"x": x, "mask": mask}, branchy, ("x", 1), 5)  # every input traced with that symbol grows
+    assert grown["x"].shape == grown["mask"].shape == (2, 5) and torch.equal(grown["x"][:, 3:], x[:, :2])
+    assert grow_dim({"x": x, "mask": mask}, branchy, ("y", 1), 5) is None
