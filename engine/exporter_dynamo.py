@@ -188,20 +188,21 @@ class DynamoExporter:
         """``program``, or a retrace whose guards reject fewer of the probed sizes (:func:`engine.shape_guards.probe_plan`).
 
         Pattern: a derived size the sample makes 0 or 1 (one chunk of a Mamba2 traced below ``chunk_size``) is
-        specialised like a size-1 dim, so the program refuses every longer input. Tried in turn: the sample traced
-        under ``backed_size_oblivious`` (no 0/1 specialisation of derived sizes; in two passes, as the single trace's
-        decompositions guard again), then the sample grown to the first rejected size. A retrace is kept only if it accepts the sample and computes the eager outputs there and at a
-        size the first program rejected; else ``program`` stays, its guards named by 2h."""
+        specialised like a size-1 dim, so the program refuses every longer input (only where a broken guard
+        compares with 0 or 1: :func:`~engine.shape_guards.pins_a_unit_size`). Tried in turn: the sample traced under
+        ``backed_size_oblivious`` (in two passes: the single trace's decompositions guard again), then the sample
+        grown to the first rejected size. A retrace is kept only if it accepts the sample and computes the eager
+        outputs there and at a size the first program rejected; else ``program`` stays, its guards named in 2h."""
         import torch.fx.experimental._config as fx_config
 
-        from engine.shape_guards import grow_dim, probe_plan, program_guards, rejected_probes
+        from engine.shape_guards import grow_dim, pins_a_unit_size, probe_plan, program_guards, rejected_probes
 
         traced, probes = probe_plan(program)
         before = rejected_probes(program_guards(program), traced, probes)
-        if not before:
-            return program
+        leaf, [(size, _), *_] = next(iter(before.items()), (None, [(None, None)]))
+        if leaf is None or not pins_a_unit_size(program_guards(program), traced, leaf, size):
+            return program  # no guard restricts, or only sizes the model needs (no 0/1 specialisation to avoid)
         name = model_name(model)
-        leaf, [(size, _), *_] = next(iter(before.items()))
         attempts = [("size-oblivious at the sample", inputs if self.size_oblivious_retrace else None, True),
                     (f"at {leaf[0]} dim {leaf[1]} = {size}", grow_dim(inputs, program, leaf, size), False)]
         for how, sample, oblivious in attempts:

@@ -200,41 +200,82 @@ def probe_plan(program: torch.export.ExportedProgram) -> tuple[dict, dict]:
 NEXT_SIZES = 16
 
 
+def tied_leaves(record: Mapping[str, Any], traced: Mapping[tuple, int]) -> dict[tuple, list[tuple]]:
+    """``{(leaf, dim): [(leaf, dim), ...]}``: the dims that move together, those of one traced size that a guard
+    relates (``input_ids`` dim 1 <= ``attention_mask`` dim 1: separate symbols of inputs meant to match)."""
+    syms = {tuple(where): sym for sym, where in record["dims"].items()}
+    leaf_of = {sym: leaf for leaf, sym in syms.items()}
+    group = {leaf: {leaf} for leaf in traced}
+    for code in record["guards"]:
+        used = [leaf_of[name] for name in dict.fromkeys(_NAME.findall(code)) if name in leaf_of]
+        for a, b in zip(used, used[1:]):
+            if a in traced and b in traced and traced[a] == traced[b] and group[a] is not group[b]:
+                merged = group[a] | group[b]
+                for leaf in merged:
+                    group[leaf] = merged
+    order = list(traced)
+    return {leaf: sorted(group[leaf], key=order.index) for leaf in traced}
+
+
 def rejected_probes(record: Mapping[str, Any], traced: Mapping[tuple, int],
                     probes: Mapping[tuple, list[int]]) -> dict[tuple, list[tuple[int, str]]]:
-    """``{(leaf, dim): [(size, guard broken), ...]}``: the probed sizes (each dim alone, the others at ``traced``)
-    that ``record``'s guards reject. Keyed by input leaf, so programs traced at other samples compare."""
+    """``{(leaf, dim): [(size, guard broken), ...]}``: the probed sizes (each dim with its :func:`tied_leaves`, the
+    others at ``traced``) that ``record``'s guards reject. Keyed by input leaf, so programs traced at other
+    samples compare."""
     by_leaf = {tuple(where): sym for sym, where in record["dims"].items()}
     at = {sym: traced[leaf] for leaf, sym in by_leaf.items() if leaf in traced}
+    ties = tied_leaves(record, {leaf: size for leaf, size in traced.items() if leaf in by_leaf})
     found: dict[tuple, list[tuple[int, str]]] = {}
     for leaf, sizes in probes.items():
-        sym = by_leaf.get(leaf)
-        for size in sizes if sym is not None else ():
-            broken = next((c for c in record["guards"] if holds(c, {**at, sym: size}) is False), None)
+        moved = [by_leaf[tied] for tied in ties.get(leaf, ())]
+        for size in sizes if moved else ():
+            broken = next((c for c in record["guards"] if holds(c, {**at, **dict.fromkeys(moved, size)}) is False), None)
             if broken is not None:
                 found.setdefault(leaf, []).append((size, broken))
     return found
 
 
+def pins_a_unit_size(record: Mapping[str, Any], traced: Mapping[tuple, int], leaf: tuple, size: int) -> bool:
+    """Whether a guard broken at ``leaf`` = ``size`` compares a size expression with 0 or 1 (``(s + pad) // 8 == 1``:
+    one chunk): the 0/1 specialisation of a derived size, which a size-oblivious or a bigger trace can avoid, as
+    opposed to a size the model needs (AST's patch count ``== 62``, set by its position embeddings)."""
+    by_leaf = {tuple(where): sym for sym, where in record["dims"].items()}
+    ties = tied_leaves(record, {lf: n for lf, n in traced.items() if lf in by_leaf})
+    sizes = {sym: traced[lf] for lf, sym in by_leaf.items() if lf in traced}
+    sizes.update(dict.fromkeys((by_leaf[tied] for tied in ties.get(leaf, ())), size))
+    for code in record["guards"]:
+        tree = _parse(code)
+        if tree is None or holds(code, sizes) is not False or not isinstance(tree.body, ast.Compare):
+            continue
+        sides = [tree.body.left, *tree.body.comparators]
+        if any(isinstance(side, ast.Constant) and side.value in (0, 1) for side in sides):
+            return True
+    return False
+
+
 def grow_dim(inputs: Mapping[str, Any], program: torch.export.ExportedProgram, leaf: tuple[str, int],
              size: int) -> dict[str, Any] | None:
-    """``inputs`` with the dim ``leaf`` and every top-level tensor dim traced as the same symbol repeated up to
-    ``size`` (a valid input of the same kinds, like :func:`engine.shapes.widen_unit_dims`); None where the symbol
-    also sizes a nested leaf or a derived dim, which cannot be grown alike."""
+    """``inputs`` with the dim ``leaf``, its :func:`tied_leaves` and every top-level tensor dim traced as one of their
+    symbols repeated up to ``size`` (a valid input of the same kinds, like :func:`engine.shapes.widen_unit_dims`);
+    None where those symbols also size a nested leaf or a derived dim, which cannot be grown alike."""
     from engine.input_checks import named_user_inputs
 
     named = named_user_inputs(program)
+    record = program_guards(program)
+    traced, _ = _leaf_sizes(program, record)
     values = dict(named or ())
-    target = values.get(leaf[0])
-    if target is None or not isinstance(target.shape[leaf[1]], torch.SymInt):
-        return None
-    sym = target.shape[leaf[1]].node.expr
+    syms = set()
+    for name, d in tied_leaves(record, traced).get(leaf, [leaf]):
+        dim = values[name].shape[d] if name in values and values[name] is not None else None
+        if not isinstance(dim, torch.SymInt):
+            return None
+        syms.add(dim.node.expr)
     grown = dict(inputs)
     for name, val in named:
         for d, dim in enumerate(getattr(val, "shape", ())):
-            if not isinstance(dim, torch.SymInt) or sym not in dim.node.expr.free_symbols:
+            if not isinstance(dim, torch.SymInt) or not syms & dim.node.expr.free_symbols:
                 continue
-            if dim.node.expr != sym or not isinstance(grown.get(name), torch.Tensor):
+            if dim.node.expr not in syms or not isinstance(grown.get(name), torch.Tensor):
                 return None
             tensor = grown[name]
             grown[name] = torch.cat([tensor] * -(-size // tensor.shape[d]), dim=d).narrow(d, 0, size)

@@ -124,3 +124,18 @@ def test_a_trace_below_one_chunk_is_retraced_to_run_longer_inputs_unless_the_mod
     grown = grow_dim({"x": x, "mask": mask}, branchy, ("x", 1), 5)  # every input traced with that symbol grows
     assert grown["x"].shape == grown["mask"].shape == (2, 5) and torch.equal(grown["x"][:, 3:], x[:, :2])
     assert grow_dim({"x": x, "mask": mask}, branchy, ("y", 1), 5) is None
+
+
+def test_dims_of_one_size_a_guard_relates_are_probed_together():
+    """``input_ids`` dim 1 <= ``attention_mask`` dim 1 (separate symbols of inputs meant to match, as transformers'
+    masks leave them) is no restriction: both grow together; an unrelated size still probes alone."""
+    from engine.shape_guards import rejected_probes, tied_leaves
+
+    record = {"guards": ["s1 <= s2", "s3 <= 4"], "dims": {"s1": ["input_ids", 1], "s2": ["attention_mask", 1],
+                                                          "s3": ["pixel_values", 0]}}
+    traced = {("input_ids", 1): 8, ("attention_mask", 1): 8, ("pixel_values", 0): 2}
+    assert tied_leaves(record, traced)[("input_ids", 1)] == [("input_ids", 1), ("attention_mask", 1)]
+    probes = {("input_ids", 1): [9, 16], ("pixel_values", 0): [3, 5]}
+    assert rejected_probes(record, traced, probes) == {("pixel_values", 0): [(5, "s3 <= 4")]}
+    untied = {**traced, ("attention_mask", 1): 9}  # of another size: input_ids alone past it breaks the guard
+    assert rejected_probes(record, untied, {("input_ids", 1): [9, 10]}) == {("input_ids", 1): [(10, "s1 <= s2")]}

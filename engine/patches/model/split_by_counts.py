@@ -82,8 +82,8 @@ def _split_sizes(node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
 
 class _SplitByTolist(ast.NodeTransformer):
     """``[f.reshape(-1, f.shape[-1]) for f in X.split(Y.tolist())]`` -> ``__split_rows_by_counts__(X, Y)``;
-    ``X.split(Y.tolist())`` (or ``torch.split``) -> ``__ragged_rows__(X, Y)``; and ``S = Y.tolist()`` used only as
-    the sizes of ``torch.split(X, S)`` -> ``S = Y`` and ``__ragged_rows__(X, S)``."""
+    ``X.split(Y.tolist())`` (or ``torch.split``) -> ``__ragged_rows__(X, Y)``; ``S = Y.tolist()`` used only as
+    the sizes of ``torch.split(X, S)`` -> ``S = Y`` and ``__ragged_rows__(X, S)``; ``list(...)`` of either -> it."""
 
     def __init__(self):
         self.matched = 0
@@ -112,6 +112,9 @@ class _SplitByTolist(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
+        if (isinstance(node.func, ast.Name) and node.func.id == "list" and len(node.args) == 1 and not node.keywords
+                and isinstance(node.args[0], ast.Call) and getattr(node.args[0].func, "id", None) == _RAGGED):
+            return node.args[0]  # list(torch.split(X, S)): the ragged value is the list
         split = _split_sizes(node)
         if split and isinstance(split[1], ast.Name) and split[1].id in self.sizes_names:
             counts = split[1]
@@ -189,7 +192,7 @@ def _patch_audio_chunks_padded_by_gather(original):
 _SPLIT_BY_TOLIST_MODELS = {"idefics2": "Idefics2Model", "idefics3": "Idefics3Model", "smolvlm": "SmolVLMModel",
                            "modernvbert": "ModernVBertModel", "ultravbert": "UltraVBertModel",
                            "granite_docling": "GraniteDoclingModel", "inkling2": "Inkling2Model",
-                           "inkling2_loop": "Inkling2LoopModel"}
+                           "inkling2_loop": "Inkling2LoopModel", "lfm2_vl": "Lfm2VlModel"}
 
 
 @register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}.get_image_features"
@@ -197,7 +200,7 @@ _SPLIT_BY_TOLIST_MODELS = {"idefics2": "Idefics2Model", "idefics3": "Idefics3Mod
 def _patch_split_by_tolist_as_ragged_rows(original):
     """Pattern: ``[f.reshape(-1, f.shape[-1]) for f in image_features.split(num_real_images_per_batch.tolist())]`` (the
     per-sample ``pooler_output`` of transformers >= 5.24; GraniteDocling and Inkling2 write the same with a ``split`` by
-    a ``.tolist()``), which every caller ``torch.cat``s again: ``tolist()`` of a per-sample tensor pins the batch
+    a ``.tolist()``, Lfm2-VL as ``list(torch.split(rows, sizes))``), which every caller ``torch.cat``s again: ``tolist()`` of a per-sample tensor pins the batch
     (``Eq(batch, 2)``). Rewrite: the function is recompiled with that expression as one ragged value: the model
     concatenates the same rows, and every runner gives back eager's per-sample leaves. No upstream issue found; TODO
     (transformers): keep ``pooler_output`` unsplit, or split by a tensor of counts outside the traced forward."""

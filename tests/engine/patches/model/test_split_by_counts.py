@@ -45,7 +45,8 @@ class PerSampleImages(torch.nn.Module):
 
 
 class PerSampleTiles(torch.nn.Module):
-    """GraniteDocling's pattern: ``sizes = (...).tolist()`` then ``torch.split(rows, sizes)``, twice."""
+    """GraniteDocling's pattern: ``sizes = (...).tolist()`` then ``torch.split(rows, sizes)``, twice (the first in
+    Lfm2-VL's ``list(torch.split(...))``)."""
 
     def __init__(self):
         super().__init__()
@@ -55,7 +56,7 @@ class PerSampleTiles(torch.nn.Module):
         tiles_per_sample = tile_mask.sum(-1)
         rows = self.proj(tiles[tile_mask]).flatten(0, 1)
         split_sizes = (tiles_per_sample * tiles.shape[2]).tolist()
-        return torch.split(rows, split_sizes), [torch.split(r, split_sizes) for r in (rows + 1, rows * 2)]
+        return list(torch.split(rows, split_sizes)), [torch.split(r, split_sizes) for r in (rows + 1, rows * 2)]
 
     def forward(self, tiles, tile_mask):
         pooled, deep = self.get_image_features(tiles, tile_mask)
