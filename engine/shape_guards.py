@@ -16,6 +16,7 @@ never by ``eval``: an artifact is data.
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 import re
 import warnings
@@ -92,7 +93,9 @@ _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, as
             ast.Gt: operator.gt, ast.GtE: operator.ge}
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse(code: str) -> ast.Expression | None:
+    """``code`` parsed, if it is integer arithmetic and comparisons only (cached: guards are evaluated at many sizes)."""
     try:
         tree = ast.parse(code, mode="eval")
     except SyntaxError:

@@ -81,3 +81,43 @@ def _patch_size_numel_as_a_symbolic_product(original):
     same number in eager; :class:`_SizeNumelAsProduct`). No upstream issue found; TODO (transformers):
     ``image_features.shape[0]`` in the message, as the other placeholder checks write it."""
     return recompiled(original, _SizeNumelAsProduct(), {"__prod__": math.prod})
+
+
+def check_unless(failed, error) -> None:
+    """``torch._check`` that ``failed`` is false, raising ``error()``'s message: a SymBool of data-dependent counts
+    becomes a runtime assert of the program instead of a guard."""
+    import torch
+
+    torch._check(torch.sym_not(failed), lambda: str(error()))
+
+
+class _RaiseOnCountMismatchAsCheck(ast.NodeTransformer):
+    """``if <comparison>: raise E(msg)`` -> ``__check_unless__(<comparison>, lambda: E(msg))``: an ``if`` without
+    ``else`` whose only statement raises, tested by a comparison (alone, or the last operand of an ``and``)."""
+
+    matched = 0
+
+    def visit_If(self, node: ast.If) -> ast.AST:
+        self.generic_visit(node)
+        test = node.test
+        last = test.values[-1] if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else test
+        if node.orelse or len(node.body) != 1 or not isinstance(node.body[0], ast.Raise) or node.body[0].exc is None \
+                or not isinstance(last, ast.Compare):
+            return node
+        self.matched += 1
+        error = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+                           body=node.body[0].exc)
+        call = ast.Call(func=ast.Name(id="__check_unless__", ctx=ast.Load()), args=[test, error], keywords=[])
+        return ast.copy_location(ast.Expr(value=call), node)
+
+
+@register_patch("dynamo", "transformers.models.hunyuan_vl.modeling_hunyuan_vl.HunYuanVLModel.get_placeholder_mask",
+                "transformers.models.qwen2_5_omni.modeling_qwen2_5_omni.Qwen2_5OmniThinkerModel.get_audio_features")
+def _patch_count_check_as_runtime_assert(original):
+    """Pattern: a count check that raises in Python, ``if image_features is not None and
+    inputs_embeds[mask].numel() != image_features.numel(): raise ValueError(...)`` (HunYuan-VL's placeholders;
+    Qwen2.5-Omni's audio length against ``sum(lengths.tolist())``): the counts are data-dependent, so the ``if``
+    guards ``Ne(u18, 32*u16 + 32*u17)`` (GuardOnDataDependentSymNode). Rewrite: the same test as ``torch._check`` of its negation, a runtime
+    assert of the program (torch words its message) (:class:`_RaiseOnCountMismatchAsCheck`); eager is unchanged. No
+    upstream issue found; TODO (transformers): ``torch_compilable_check``, as the other placeholder checks use."""
+    return recompiled(original, _RaiseOnCountMismatchAsCheck(), {"__check_unless__": check_unless})

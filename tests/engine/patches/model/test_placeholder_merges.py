@@ -102,3 +102,44 @@ def test_a_size_numel_in_a_message_keeps_the_batch_symbolic():
     assert len(program.range_constraints) == 2
     features, ids = torch.randn(3, 1, 3, 4), torch.full((3, 3), 7)
     torch.testing.assert_close(program.module()(features, ids), features.flatten(0, 1).sum(-1))
+
+
+def _count_checked_merge(embeds, ids, features):
+    """HunYuan-VL's placeholder check: the selected count against the features' count, raised in Python."""
+    mask = (ids == 7).unsqueeze(-1).expand_as(embeds)
+    if features is not None and embeds[mask].numel() != features.numel():
+        raise ValueError(f"Image features and image tokens do not match: features {features.shape[0]}")
+    return embeds.masked_scatter(mask, features)
+
+
+def test_a_count_check_that_raises_becomes_a_runtime_assert():
+    """The Python ``if ... raise`` fails the trace (``Ne(u0, ...)`` on data); rewritten as ``torch._check`` the
+    program exports, merges as eager does, and still refuses a count mismatch, at run time."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    from engine.patches.model.placeholder_merges import _RaiseOnCountMismatchAsCheck, check_unless
+    from engine.patches.source_rewrite import recompiled
+
+    rewrite = _RaiseOnCountMismatchAsCheck()
+    checked = recompiled(_count_checked_merge, rewrite, {"__check_unless__": check_unless})
+    assert rewrite.matched == 1
+
+    class Merge(torch.nn.Module):
+        def __init__(self, function):
+            super().__init__()
+            self.function = function
+
+        def forward(self, embeds, ids, features):
+            return self.function(embeds, ids, features)
+
+    ids = torch.tensor([[7, 7, 1, 2], [3, 7, 7, 4]])
+    sample = (torch.randn(2, 4, 3), ids, torch.randn(4, 3))
+    dims = ({0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}, {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},
+            {0: torch.export.Dim.AUTO})
+    with pytest.raises(GuardOnDataDependentSymNode):
+        torch.export.export(Merge(_count_checked_merge), sample, dynamic_shapes=dims, strict=False)
+    program = torch.export.export(Merge(checked), sample, dynamic_shapes=dims, strict=False)
+    other = (torch.randn(3, 5, 3), torch.tensor([[7, 1, 1, 1, 7]] * 3), torch.randn(6, 3))
+    torch.testing.assert_close(program.module()(*other), _count_checked_merge(*other))
+    with pytest.raises(RuntimeError, match="Runtime assertion failed"):
+        program.module()(other[0], other[1], torch.randn(5, 3))
