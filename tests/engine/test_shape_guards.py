@@ -62,7 +62,7 @@ def mamba2():
     return tf.Mamba2ForCausalLM(config).eval(), {"input_ids": torch.randint(0, 96, (2, 7))}
 
 
-@pytest.mark.parametrize("backend", ["dynamo", "onnx", "executorch"])
+@pytest.mark.parametrize("backend", ["dynamo", "onnx", pytest.param("executorch", marks=pytest.mark.slow)])
 def test_mamba2_traced_below_a_chunk_runs_longer_inputs_or_names_the_guard(mamba2, backend):
     """The size-oblivious retrace drops the one-chunk guard on dynamo and ONNX: 9 and 12 tokens run and match eager;
     what stays is Mamba2's own branch on padding (multiples of 8 rejected, named). ExecuTorch keeps the first
@@ -139,3 +139,18 @@ def test_dims_of_one_size_a_guard_relates_are_probed_together():
     assert rejected_probes(record, traced, probes) == {("pixel_values", 0): [(5, "s3 <= 4")]}
     untied = {**traced, ("attention_mask", 1): 9}  # of another size: input_ids alone past it breaks the guard
     assert rejected_probes(record, untied, {("input_ids", 1): [9, 10]}) == {("input_ids", 1): [(10, "s1 <= s2")]}
+
+
+def test_the_executorch_runner_refuses_a_size_a_kept_guard_rejects_by_name():
+    """The guard of :class:`Branchy`'s branch is recorded in the ``.pte`` and checked before it runs (ExecuTorch would
+    fail in a kernel); the Mamba2 case above checks it on ONNX, and on ExecuTorch in the slow run."""
+    from engine.exporter_executorch import ExecutorchExporter
+
+    x, mask = torch.rand(2, 3), torch.ones(2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ShapeGuardWarning)
+        artifact = ExecutorchExporter().export(Branchy().eval(), {"x": x, "mask": mask},
+                                               config=ExecutorchConfig(dynamic=True))
+    torch.testing.assert_close(run_exported(artifact, {"x": x, "mask": mask})[""], Branchy()(x, mask))
+    with pytest.raises(InputError, match=r"x dim 1"):
+        run_exported(artifact, {"x": torch.rand(2, 5), "mask": torch.ones(2, 5)})
