@@ -93,7 +93,7 @@ def _patch_sdpa_broadcasts_for_attention_op(original: Callable) -> Callable:
 @register_patch(
     "onnx",
     "torch.onnx._internal.exporter._core._prepare_exported_program_for_export",
-    requires={"torch": ">=2.13,<2.15"},
+    requires={"torch": ">=2.13,<2.15"},  # 2.15 adds the RNN while_loop decompositions here: port before widening
 )
 def _patch_prepare_for_export(original: Callable) -> Callable:
     """Run the FX node fixes (stage 3) again right after ``run_decompositions``.
@@ -176,7 +176,7 @@ def _fix_scalar_first_arithmetic_promoted(gm: torch.fx.GraphModule, node: torch.
 @register_patch(
     "onnx",
     "torch.onnx._internal.exporter._fx_passes.decompose_with_registry",
-    requires={"torch": ">=2.13,<2.15"},
+    requires={"torch": ">=2.13,<2.16"},
 )
 def _patch_decompose_once(original: Callable) -> Callable:
     """Leave a program traced straight to ONNX's ATen IR as it is, instead of decomposing it again.
@@ -247,7 +247,7 @@ _REGISTRIES: dict[tuple[int, int], Any] = {}
 @register_patch(
     "onnx",
     "torch.onnx._internal.exporter._registration.ONNXRegistry.from_torchlib",
-    requires={"torch": ">=2.13,<2.15"},
+    requires={"torch": ">=2.13,<2.16"},
 )
 def _patch_registry_from_torchlib(original: Callable) -> Callable:
     """Build torchlib's registry once per opset instead of on every ``torch.onnx.export``.
@@ -276,7 +276,7 @@ def _patch_registry_from_torchlib(original: Callable) -> Callable:
 @register_patch(
     "onnx",
     "torch.onnx._internal.fx.passes.type_promotion._TypePromotionInterpreter.run_node",
-    requires={"torch": ">=2.13,<2.15"},
+    requires={"torch": ">=2.13,<2.16"},
 )
 def _patch_type_promotion_reads_node_values(original: Callable) -> Callable:
     """Take each node's fake value from ``node.meta["val"]`` instead of re-running it, unless it is promoted.

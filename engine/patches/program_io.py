@@ -22,7 +22,9 @@ import torch
 from engine.patches.registry import register_fx_node_fix, register_patch
 
 _SERDE = "torch._export.serde.serialize"
-_TORCH = {"torch": ">=2.11,<2.15"}
+_TORCH = {"torch": ">=2.11,<2.16"}
+#: torch 2.15 changed _parse_sym_expr (it skips non-Symbol hints): the patch keeps 2.14's copy until ported
+_TORCH_BEFORE_2_15 = {"torch": ">=2.11,<2.15"}
 
 
 # ── Correctness: FX node fixes ──────────────────────────────────────────────────────────────────────────────
@@ -133,7 +135,7 @@ def _patch_repeated_size_expression_print(original):
 # ── Speed: load ─────────────────────────────────────────────────────────────────────────────────────────────
 
 
-@register_patch("pt2", f"{_SERDE}.GraphModuleDeserializer._parse_sym_expr", requires=_TORCH)
+@register_patch("pt2", f"{_SERDE}.GraphModuleDeserializer._parse_sym_expr", requires=_TORCH_BEFORE_2_15)
 def _patch_repeated_size_expression_parse(original):
     """Pattern: ``_parse_sym_expr(expr_str, hint)`` parsing the same size string again for every tensor dim that
     has it. Its effects on the deserializer (the symbol cache, the shape env's hint, range and traceback for the

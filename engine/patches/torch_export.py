@@ -63,7 +63,7 @@ def _patch_contiguity_probe_without_numel_guards(original):
     return is_contiguous
 
 
-@register_patch("dynamo", "torch._prims_common._is_non_overlapping_and_dense_or_false", requires={"torch": ">=2.14,<2.15"})
+@register_patch("dynamo", "torch._prims_common._is_non_overlapping_and_dense_or_false", requires={"torch": ">=2.14,<2.16"})
 def _patch_density_probe_without_numel_guards(original):
     """The same numel test in the non-overlapping-and-dense probe (the layout of ``torch.cat``'s output and other
     fake-tensor metadata): ``guard_or_false(prod(sizes) < 2)`` on a slice one shorter than a dynamic input (Music
@@ -131,9 +131,9 @@ def _patch_unique_consecutive_as_run_starts(original):
 
 
 @register_patch("dynamo", "torch.fx.experimental.symbolic_shapes.ShapeEnv._set_replacement",
-                requires={"torch": ">=2.14,<2.15"})
+                requires={"torch": ">=2.14,<2.16"})
 @register_patch("pt2", "torch.fx.experimental.symbolic_shapes.ShapeEnv._set_replacement",
-                requires={"torch": ">=2.14,<2.15"})
+                requires={"torch": ">=2.14,<2.16"})
 def _patch_replacement_skipped_where_bounds_overflow(original):
     """Pattern: ``torch._check(mask_count == features.numel())`` (a multimodal placeholder check) equates a data-dependent
     count, ranged up to ``sys.maxsize - 1``, with a product of input sizes; near ``2**63`` torch's recomputed bounds
@@ -156,7 +156,7 @@ def _patch_replacement_skipped_where_bounds_overflow(original):
 
 
 @register_patch("dynamo", "torch.fx.experimental.symbolic_shapes.DimConstraints.solve",
-                requires={"torch": ">=2.14,<2.15"})
+                requires={"torch": ">=2.14,<2.16"})
 def _patch_constraint_solver_past_floor_division_equalities(original):
     """Pattern: a size that must divide evenly through two floor divisions (a pooled-then-upsampled map concatenated with
     its source: EfficientLoFTR). The guard stays, but ``DimConstraints.solve`` (the "suggested fixes") hands it to
@@ -231,7 +231,7 @@ def divides_every_integer(divisor) -> bool:
 # Called by every retrace of the program while ExecuTorch lowers it.
 
 
-@register_patch("executorch", "torch.export.exported_program._convert_guards_to_code", requires={"torch": ">=2.11,<2.15"})
+@register_patch("executorch", "torch.export.exported_program._convert_guards_to_code", requires={"torch": ">=2.11,<2.16"})
 def _patch_guards_printed_once_per_shape_env(original):
     """Pattern: every ``ExportedProgram`` constructor prints all the guards of its shape env as Python source
     (``_convert_guards_to_code``); lowering builds one after most passes and per delegated partition, over one shape env
