@@ -63,6 +63,8 @@ def repro_files(folder: Path) -> list[Path]:
 def run_all(folder: Path, python: str = sys.executable, timeout: float = 300, out: Path | None = None) -> list[ReproResult]:
     """Run every repro of ``folder``, printing one line each; ``out``: also write ``repros.json`` there."""
     results = []
+    if "/" in python:  # a path given relative to here: each repro runs in its own folder
+        python = str(Path(python).absolute())
     for path in repro_files(folder):
         result = run_repro(path, python, timeout)
         results.append(result)

@@ -1,5 +1,6 @@
 """Repros: a script's exit code is its verdict; an entry names an existing repro; the command says which pass now."""
 
+import sys
 import textwrap
 
 import pytest
@@ -25,6 +26,19 @@ def test_the_exit_code_is_the_verdict(tmp_path):
     assert result.verdict == "broken" and "no_such_module" in result.detail
     assert run_repro(_script(tmp_path, "slow.py", "import time; time.sleep(5)\n"), timeout=0.5).verdict == "timeout"
     assert describe(still) == ("What fails.", "pytorch/executorch")
+
+
+def test_a_relative_interpreter_path_is_the_one_from_here(tmp_path, monkeypatch):
+    """``--python .venv-new/bin/python`` names the interpreter from where the command runs, not from the repro's folder."""
+    from sweep.repros import run_all
+
+    (tmp_path / "repros").mkdir()
+    (tmp_path / "repros" / "ok.py").write_text('"""Passes."""\nraise SystemExit(10)\n')
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    [result] = run_all(tmp_path / "repros", python="bin/python")
+    assert result.verdict == "reproduces", result
 
 
 def test_the_command_fails_on_a_broken_repro_and_with_strict_on_a_fixed_one(tmp_path, capsys):
