@@ -185,20 +185,19 @@ class DynamoExporter:
     def _retrace_where_guards_restrict(self, program: torch.export.ExportedProgram, model: torch.nn.Module,
                                        inputs: Mapping[str, Any], flags: Mapping[str, Any], dynamic_shapes: Any,
                                        config: DynamoConfig) -> torch.export.ExportedProgram:
-        """``program``, or a retrace whose guards reject fewer of the probed sizes (:func:`engine.shape_guards.probe_plan`).
+        """``program``, or a retrace whose guards reject fewer of the probed sizes (:func:`~engine.shape_guards.restrictions`).
 
-        Pattern: a derived size the sample makes 0 or 1 (one chunk of a Mamba2 traced below ``chunk_size``) is
-        specialised like a size-1 dim, so the program refuses every longer input (only where a broken guard
-        compares with 0 or 1: :func:`~engine.shape_guards.pins_a_unit_size`). Tried in turn: the sample traced under
-        ``backed_size_oblivious`` (in two passes: the single trace's decompositions guard again), then the sample
-        grown to the first rejected size. A retrace is kept only if it accepts the sample and computes the eager
-        outputs there and at a size the first program rejected; else ``program`` stays, its guards named in 2h."""
+        Pattern: a derived size the sample makes 0 or 1 (a Mamba2 traced below ``chunk_size``: one chunk) is
+        specialised like a size-1 dim, so longer inputs are refused (where a broken guard compares with 0 or 1:
+        :func:`~engine.shape_guards.pins_a_unit_size`). Tried in turn: the sample under ``backed_size_oblivious`` (in
+        two passes: a single trace's decompositions guard again), then the sample grown to the first rejected size.
+        A retrace is kept only if it accepts the sample and reproduces eager there and at a size the first one
+        rejected; else ``program`` stays."""
         import torch.fx.experimental._config as fx_config
 
-        from engine.shape_guards import grow_dim, pins_a_unit_size, probe_plan, program_guards, rejected_probes
+        from engine.shape_guards import accepts, grow_dim, pins_a_unit_size, program_guards, rejected_probes, restrictions
 
-        traced, probes = probe_plan(program)
-        before = rejected_probes(program_guards(program), traced, probes)
+        traced, probes, before = restrictions(program)
         leaf, [(size, _), *_] = next(iter(before.items()), (None, [(None, None)]))
         if leaf is None or not pins_a_unit_size(program_guards(program), traced, leaf, size):
             return program  # no guard restricts, or only sizes the model needs (no 0/1 specialisation to avoid)
@@ -215,7 +214,7 @@ class DynamoExporter:
                 logger.debug("%s: retrace %s failed (%s: %s)", name, how, type(e).__name__, e)
                 continue
             record = program_guards(candidate)
-            if rejected_probes(record, traced, {leaf: [traced[leaf]]}):
+            if not accepts(record, traced):
                 logger.debug("%s: retrace %s rejects the sample; kept the first trace", name, how)
                 continue
             after = rejected_probes(record, traced, probes)

@@ -20,7 +20,7 @@ import functools
 import operator
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -202,12 +202,24 @@ def probe_plan(program: torch.export.ExportedProgram) -> tuple[dict, dict]:
 #: how many sizes above the traced one :func:`probe_plan` tries one by one
 NEXT_SIZES = 16
 
+#: ``graph_module.meta`` key under which :func:`restrictions` keeps a program's probes (computed once per program)
+RESTRICTIONS_KEY = "export_sweep.restrictions"
+
+
+def restrictions(program: torch.export.ExportedProgram) -> tuple[dict, dict, dict]:
+    """``(traced, probes, rejected)`` of :func:`probe_plan` and :func:`rejected_probes` for ``program``'s own guards,
+    computed once: the exporter's retrace (2a) and the warning (2h) share them."""
+    meta = program.graph_module.meta
+    if RESTRICTIONS_KEY not in meta:
+        traced, probes = probe_plan(program)
+        meta[RESTRICTIONS_KEY] = traced, probes, rejected_probes(program_guards(program), traced, probes)
+    return meta[RESTRICTIONS_KEY]
+
 
 def tied_leaves(record: Mapping[str, Any], traced: Mapping[tuple, int]) -> dict[tuple, list[tuple]]:
     """``{(leaf, dim): [(leaf, dim), ...]}``: the dims that move together, those of one traced size that a guard
     relates (``input_ids`` dim 1 <= ``attention_mask`` dim 1: separate symbols of inputs meant to match)."""
-    syms = {tuple(where): sym for sym, where in record["dims"].items()}
-    leaf_of = {sym: leaf for leaf, sym in syms.items()}
+    leaf_of = {sym: tuple(where) for sym, where in record["dims"].items()}
     group = {leaf: {leaf} for leaf in traced}
     for code in record["guards"]:
         used = [leaf_of[name] for name in dict.fromkeys(_NAME.findall(code)) if name in leaf_of]
@@ -220,38 +232,58 @@ def tied_leaves(record: Mapping[str, Any], traced: Mapping[tuple, int]) -> dict[
     return {leaf: sorted(group[leaf], key=order.index) for leaf in traced}
 
 
+def _sizes_moving(record: Mapping[str, Any], traced: Mapping[tuple, int]) -> Callable[[tuple, int], dict | None]:
+    """``at(leaf, size)``: ``record``'s symbols at their traced sizes, ``leaf`` and its :func:`tied_leaves` at ``size``
+    (None for a leaf ``record`` does not name)."""
+    sym_of = {tuple(where): sym for sym, where in record["dims"].items()}
+    base = {sym: traced[leaf] for leaf, sym in sym_of.items() if leaf in traced}
+    ties = tied_leaves(record, {leaf: size for leaf, size in traced.items() if leaf in sym_of})
+
+    def at(leaf: tuple, size: int) -> dict | None:
+        moved = [sym_of[tied] for tied in ties.get(leaf, ())]
+        return {**base, **dict.fromkeys(moved, size)} if moved else None
+
+    return at
+
+
+def _broken(record: Mapping[str, Any], sizes: Mapping[str, int]) -> list[str]:
+    """The guards of ``record`` that are false at ``sizes`` (those that cannot be evaluated are not counted)."""
+    return [code for code in record["guards"] if holds(code, sizes) is False]
+
+
 def rejected_probes(record: Mapping[str, Any], traced: Mapping[tuple, int],
                     probes: Mapping[tuple, list[int]]) -> dict[tuple, list[tuple[int, str]]]:
     """``{(leaf, dim): [(size, guard broken), ...]}``: the probed sizes (each dim with its :func:`tied_leaves`, the
     others at ``traced``) that ``record``'s guards reject. Keyed by input leaf, so programs traced at other
     samples compare."""
-    by_leaf = {tuple(where): sym for sym, where in record["dims"].items()}
-    at = {sym: traced[leaf] for leaf, sym in by_leaf.items() if leaf in traced}
-    ties = tied_leaves(record, {leaf: size for leaf, size in traced.items() if leaf in by_leaf})
+    at = _sizes_moving(record, traced)
     found: dict[tuple, list[tuple[int, str]]] = {}
     for leaf, sizes in probes.items():
-        moved = [by_leaf[tied] for tied in ties.get(leaf, ())]
-        for size in sizes if moved else ():
-            broken = next((c for c in record["guards"] if holds(c, {**at, **dict.fromkeys(moved, size)}) is False), None)
-            if broken is not None:
-                found.setdefault(leaf, []).append((size, broken))
+        for size in sizes:
+            point = at(leaf, size)
+            if point is None:  # a dim the record does not name: no guard of it to break
+                break
+            broken = _broken(record, point)
+            if broken:
+                found.setdefault(leaf, []).append((size, broken[0]))
     return found
+
+
+def accepts(record: Mapping[str, Any], traced: Mapping[tuple, int]) -> bool:
+    """Whether ``record``'s guards hold at the sizes ``traced`` (keyed ``(leaf, dim)``)."""
+    sym_of = {tuple(where): sym for sym, where in record["dims"].items()}
+    return not _broken(record, {sym: traced[leaf] for leaf, sym in sym_of.items() if leaf in traced})
 
 
 def pins_a_unit_size(record: Mapping[str, Any], traced: Mapping[tuple, int], leaf: tuple, size: int) -> bool:
     """Whether a guard broken at ``leaf`` = ``size`` compares a size expression with 0 or 1 (``(s + pad) // 8 == 1``:
     one chunk): the 0/1 specialisation of a derived size, which a size-oblivious or a bigger trace can avoid, as
     opposed to a size the model needs (AST's patch count ``== 62``, set by its position embeddings)."""
-    by_leaf = {tuple(where): sym for sym, where in record["dims"].items()}
-    ties = tied_leaves(record, {lf: n for lf, n in traced.items() if lf in by_leaf})
-    sizes = {sym: traced[lf] for lf, sym in by_leaf.items() if lf in traced}
-    sizes.update(dict.fromkeys((by_leaf[tied] for tied in ties.get(leaf, ())), size))
-    for code in record["guards"]:
-        tree = _parse(code)
-        if tree is None or holds(code, sizes) is not False or not isinstance(tree.body, ast.Compare):
-            continue
-        sides = [tree.body.left, *tree.body.comparators]
-        if any(isinstance(side, ast.Constant) and side.value in (0, 1) for side in sides):
+    sizes = _sizes_moving(record, traced)(leaf, size)
+    for code in _broken(record, sizes) if sizes is not None else ():
+        tree = _parse(code).body
+        if isinstance(tree, ast.Compare) and any(isinstance(side, ast.Constant) and side.value in (0, 1)
+                                                 for side in (tree.left, *tree.comparators)):
             return True
     return False
 
@@ -291,8 +323,7 @@ def warn_for_program(label: str, program: torch.export.ExportedProgram) -> dict:
     record = program_guards(program)
     if not record["guards"]:
         return record
-    traced, probes = probe_plan(program)
-    found = rejected_probes(record, traced, probes)
+    traced, _, found = restrictions(program)
     if not found:
         return record
     dims = record["dims"]
@@ -301,5 +332,6 @@ def warn_for_program(label: str, program: torch.export.ExportedProgram) -> dict:
     warnings.warn(f"{label}: the model's code at the traced sizes left guards on {len(found)} dynamic dim(s), so "
                   f"the program runs only at sizes where they hold: {listing}. Other sizes raise InputError; these "
                   "guards are branches of the model's code at the traced sizes (a Mamba2 pads only lengths that are "
-                  "not whole chunks): export with a sample on the side of the branch you need.", ShapeGuardWarning, stacklevel=3)
+                  "not whole chunks): export with a sample on the side of the branch you need.",
+                  ShapeGuardWarning, stacklevel=3)
     return record

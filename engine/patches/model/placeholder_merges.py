@@ -1,8 +1,8 @@
 """Multimodal merges whose placeholder checks read data, rewritten to keep the write and drop the guard.
 
 Pattern: ``if mask.any(): embeds[mask] = features`` and ``mask.size()[...].numel()`` placeholder counts: a Python
-``bool``/``int`` of a tensor, a data-dependent guard torch.export cannot trace. Each function is recompiled from its
-own source (:mod:`engine.patches.source_rewrite`) with only the matched expression changed.
+``bool``/``int`` of a tensor, a data-dependent guard torch.export cannot trace; a count check that raises in Python
+becomes a runtime assert. Each function is recompiled from its own source (:mod:`engine.patches.source_rewrite`) with only the matched expression changed.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import math
 
+import torch
 
 from engine.patches.registry import register_patch
 from engine.patches.source_rewrite import recompiled
@@ -86,8 +87,6 @@ def _patch_size_numel_as_a_symbolic_product(original):
 def check_unless(failed, error) -> None:
     """``torch._check`` that ``failed`` is false, raising ``error()``'s message: a SymBool of data-dependent counts
     becomes a runtime assert of the program instead of a guard."""
-    import torch
-
     torch._check(torch.sym_not(failed), lambda: str(error()))
 
 

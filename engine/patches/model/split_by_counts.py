@@ -198,12 +198,12 @@ _SPLIT_BY_TOLIST_MODELS = {"idefics2": "Idefics2Model", "idefics3": "Idefics3Mod
 @register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}.get_image_features"
                             for m, c in _SPLIT_BY_TOLIST_MODELS.items()))
 def _patch_split_by_tolist_as_ragged_rows(original):
-    """Pattern: ``[f.reshape(-1, f.shape[-1]) for f in image_features.split(num_real_images_per_batch.tolist())]`` (the
-    per-sample ``pooler_output`` of transformers >= 5.24; GraniteDocling and Inkling2 write the same with a ``split`` by
-    a ``.tolist()``, Lfm2-VL as ``list(torch.split(rows, sizes))``), which every caller ``torch.cat``s again: ``tolist()`` of a per-sample tensor pins the batch
-    (``Eq(batch, 2)``). Rewrite: the function is recompiled with that expression as one ragged value: the model
-    concatenates the same rows, and every runner gives back eager's per-sample leaves. No upstream issue found; TODO
-    (transformers): keep ``pooler_output`` unsplit, or split by a tensor of counts outside the traced forward."""
+    """Pattern: ``[f.reshape(-1, f.shape[-1]) for f in feats.split(counts.tolist())]``, the per-sample
+    ``pooler_output`` (GraniteDocling, Inkling2: a ``split`` by a ``.tolist()``; Lfm2-VL: ``list(torch.split(rows,
+    sizes))``), which every caller ``torch.cat``s again: ``tolist()`` of a per-sample tensor pins the batch
+    (``Eq(batch, 2)``). Rewrite: that expression as one ragged value; the model concatenates the same rows, and every
+    runner gives back eager's per-sample leaves. No upstream issue found; TODO (transformers): keep
+    ``pooler_output`` unsplit, or split by a tensor of counts outside the traced forward."""
     return rewrite_split_by_tolist(original)
 
 
