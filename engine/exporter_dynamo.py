@@ -33,7 +33,7 @@ from engine.shapes import (
     warn_specialised,
     widen_unit_dims,
 )
-from engine.signature import flat_forward, restore_module_state
+from engine.signature import call_program, flat_forward, restore_module_state
 from engine.single_trace import export_decomposed
 from engine.versions import warn_on_version_drift
 
@@ -250,7 +250,7 @@ class DynamoExporter:
         with torch.no_grad():
             try:
                 expected = get_leaf_tensors(model(**copy.deepcopy(dict(inputs)), **flags))
-                got = get_leaf_tensors(program.module()(**copy.deepcopy(dict(inputs))))
+                got = get_leaf_tensors(call_program(program, copy.deepcopy(dict(inputs))))
             except Exception:  # the program rejects the sample (a guard the widened trace took)
                 return False
         return compare_leaves(expected, got, atol=SAMPLE_TOLERANCE, rtol=SAMPLE_TOLERANCE).ok

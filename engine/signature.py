@@ -8,6 +8,8 @@ and which binds the output flags (``use_cache=...``) as constants. Nothing of it
 Tracing may also leave FakeTensors in module attributes a forward caches on ``self`` (rotary tables, cached
 keys, ...). :func:`restore_module_state` snapshots every module's plain attributes and buffers and puts back
 whatever the trace replaced, so an eager forward after export still works.
+
+:func:`call_program` is the other side of the signature: a traced program called by it, without unlifting.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.export.graph_signature import OutputKind
 
 from engine.swap import swap_attributes
 from engine.pytree import in_field_order, is_cache_object, iter_leaf_tensors
@@ -74,3 +78,15 @@ def restore_module_state(model: torch.nn.Module) -> Iterator[None]:
             for name, value in list(module._buffers.items()):
                 if isinstance(value, FakeTensor) and name in buffers:
                     module._buffers[name] = buffers[name]
+
+
+def call_program(program: torch.export.ExportedProgram, inputs: dict[str, Any]) -> Any:
+    """``program.module()(**inputs)`` without the module: the graph called on its lifted state and the flat inputs
+    (torch's calling convention, ``ExportedProgram._graph_module_flat_inputs``, which checks the input tree and
+    the program's guards as the module does). ``module()`` unlifts: it copies the graph and recompiles it, which at
+    a sample's size costs 5-30x the call (0.12 s against 0.016 for a tiny Whisper). Mutated buffers are not
+    written back: for one call, the outputs are the module's."""
+    flat = program._graph_module_flat_inputs((), dict(inputs))
+    outputs = program.graph_module(*flat)
+    user = [out for out, spec in zip(outputs, program.graph_signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]
+    return pytree.tree_unflatten(user, program.call_spec.out_spec)

@@ -172,9 +172,10 @@ def write_versions(out: Path, old: dict[str, str | None], new: dict[str, str | N
     return path
 
 
-def run_drift(env: str, baseline: Path | None, out: Path | None, sweep_args: list[str]) -> int:
-    """Run the sweep in ``env`` into ``out`` and compare it with ``baseline`` (None: the packaged baseline); the
-    compare's exit code."""
+def run_drift(env: str, baseline: Path | None, out: Path | None, sweep_args: list[str],
+              repros: Path | None = None) -> int:
+    """Run the sweep in ``env`` into ``out`` and compare it with ``baseline`` (None: the packaged baseline), then
+    the repros of ``repros`` (None: the skiplists') there; the compare's exit code."""
     from sweep.diff import compare_runs, headline, versions_of, write_comparison
     from sweep.packaged import baseline_row_files, skiplist_dir
     from sweep.repros import run_all
@@ -206,7 +207,7 @@ def run_drift(env: str, baseline: Path | None, out: Path | None, sweep_args: lis
                               new_runs=read_runs(rows_path(out)))
     paths = write_comparison(comparison, out)
     print("drift: the skiplists' repros at these versions:", flush=True)
-    run_all(skiplist_dir() / "repros", python=str(python), out=out)  # repros.json: which causes are fixed there
+    run_all(repros or skiplist_dir() / "repros", python=str(python), out=out)  # repros.json: which causes are fixed there
     print(("REGRESSIONS: " if comparison.exit_code else "ok: ") + headline(comparison))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return comparison.exit_code

@@ -95,8 +95,9 @@ def test_the_committed_baseline_was_run_at_the_pins(report):
 
 def test_drift_sweeps_with_the_other_python_and_gates_on_the_compare(tmp_path, capsys):
     """The whole recipe on one eager case, with this interpreter standing in for the second environment: the
-    sweep runs in a child process, its rows land in --out beside compare.md and versions.json, and the compare's
-    exit code is the verdict (0 here: the case passed before and passes now)."""
+    sweep runs in a child process, its rows land in --out beside compare.md, versions.json and the repros' verdicts
+    (one repro here: the skiplists' take minutes), and the compare's exit code is the verdict (0 here: the case
+    passed before and passes now)."""
     import sys
 
     from sweep.drift import run_drift
@@ -106,7 +107,12 @@ def test_drift_sweeps_with_the_other_python_and_gates_on_the_compare(tmp_path, c
     append_row(baseline / "results.jsonl", {"case_id": "BertModel-eager-static", "model": "BertModel",
                                             "backend": "eager", "status": "pass", "versions": {}})
     out = tmp_path / "drift"
-    assert run_drift(sys.executable, baseline, out, ["--models=BertModel", "--backend=eager", "-n", "0"]) == 0
+    (tmp_path / "repros").mkdir()
+    (tmp_path / "repros" / "still_fails.py").write_text('"""Still fails.\nTracker: pytorch/pytorch\n"""\nraise SystemExit(10)\n')
+    assert run_drift(sys.executable, baseline, out, ["--models=BertModel", "--backend=eager", "-n", "0"],
+                     repros=tmp_path / "repros") == 0
+    assert [(r["repro"], r["verdict"]) for r in json.loads((out / "repros.json").read_text())] == [
+        ("still_fails.py", "reproduces")]
     rows = list(read_rows(out / "results.jsonl"))
     assert [(r["case_id"], r["status"]) for r in rows] == [("BertModel-eager-static", "pass")]
     assert (out / "compare.md").is_file() and "ok: " in capsys.readouterr().out
