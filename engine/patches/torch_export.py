@@ -19,6 +19,7 @@ from engine.patches.registry import register_patch
 
 
 @register_patch("dynamo", "torch._prims_common.check_contiguous_sizes_strides")
+@register_patch("executorch", "torch._prims_common.check_contiguous_sizes_strides")  # and in the lowering's retraces
 def _patch_contiguity_probe_without_singleton_guards(original):
     """Pattern: the layout probes that must not specialize (``false_if_dde=True``) skip size-1 dims with
     ``guard_or_false(size == 1)``, which for a backed symbolic size evaluates the traced value and records a guard. A
@@ -47,6 +48,7 @@ def _patch_contiguity_probe_without_singleton_guards(original):
 
 
 @register_patch("dynamo", "torch._prims_common.is_contiguous")
+@register_patch("executorch", "torch._prims_common.is_contiguous")  # and in the lowering's retraces
 def _patch_contiguity_probe_without_numel_guards(original):
     """The same probe's first test, ``guard_or_false(numel < 2)``: a tensor of 0 or 1 elements at the traced shape
     (a strided slice of a short input) pinned its numel (``((seq + 8)//9) >= 2``). Static-only here too; the
@@ -64,12 +66,15 @@ def _patch_contiguity_probe_without_numel_guards(original):
 
 
 @register_patch("dynamo", "torch._prims_common._is_non_overlapping_and_dense_or_false", requires={"torch": ">=2.14,<2.16"})
+@register_patch("executorch", "torch._prims_common._is_non_overlapping_and_dense_or_false",
+                requires={"torch": ">=2.14,<2.16"})  # and in the lowering's retraces
 def _patch_density_probe_without_numel_guards(original):
     """The same numel test in the non-overlapping-and-dense probe (the layout of ``torch.cat``'s output and other
     fake-tensor metadata): ``guard_or_false(prod(sizes) < 2)`` on a slice one shorter than a dynamic input (Music
     Flamingo's ``torch.cumsum(post_lengths, 0)[:-1]`` of two audio windows) pinned the input (``s - 1 < 2``: the
     program accepts only two windows). Static-only here too; a size that may be 0 or 1 gets the stride check,
-    whose answer gates a layout, never a value (pytorch/pytorch#185166; torch 2.14.1's function otherwise)."""
+    whose answer gates a layout, never a value (pytorch/pytorch#185166; torch 2.14.1's function otherwise). Also
+    in the ExecuTorch lowering, whose decomposition retrace probes ``_to_copy`` outputs again (the same window count)."""
     import torch._prims_common as prims_common
     from torch.fx.experimental.symbolic_shapes import guard_or_false, statically_known_true
 
