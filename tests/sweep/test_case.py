@@ -19,7 +19,19 @@ def _tiny(seed):
     return Tiny().eval(), {"x": torch.randn(2, 5, 4)}
 
 
-SWEEP_MODELS = {"Tiny": _tiny}
+class Noisy(Tiny):
+    """Samples at inference, as SpeechT5's prenet dropout and VibeVoice's latent noise do."""
+
+    def forward(self, x):
+        return {"logits": self.linear(x) + torch.randn_like(x[..., :3])}
+
+
+def _noisy(seed):
+    torch.manual_seed(seed)
+    return Noisy().eval(), {"x": torch.randn(2, 5, 4)}
+
+
+SWEEP_MODELS = {"Tiny": _tiny, "Noisy": _noisy}
 
 
 def runs_the_model(model, inputs, config):
@@ -47,6 +59,13 @@ def test_a_stand_in_with_wrong_numbers_is_a_discrepancy():
     row = run_case(_spec("runs_it_wrong"))
     assert row["status"] == "discrepancy"
     assert row["diffs"]["traced:logits"]["max_abs"] > 0.9
+
+
+def test_a_model_that_samples_draws_the_same_numbers_in_eager_and_in_its_pt2():
+    row = run_case({"model": "Noisy", "model_module": __name__, "backend": "dynamo", "shapes": "dynamic",
+                    "atol": 1e-4, "rtol": 1e-4, "seed": 0})
+    assert row["status"] == "pass", row.get("error")
+    assert row["shapes_run"] == ["traced", "second"]
 
 
 def test_second_shape_takes_m_rope_positions_per_row_and_generation_leaves_them_to_generate():
