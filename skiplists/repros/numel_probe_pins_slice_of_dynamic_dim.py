@@ -6,12 +6,12 @@ Pattern: MusicFlamingo's `cumsum_post = torch.cat([torch.zeros(1, ...), torch.cu
 torch/_prims_common (is_contiguous:322 here; _is_non_overlapping_and_dense_or_false:511 in the ExecuTorch
 lowering's run_decompositions, via _to_copy -> _convert_element_type_meta) call `guard_or_false(numel < 2)`,
 which adds the guard `s - 1 < 2` and refines the window count to exactly 2.
-The project's engine patches these probes for torch.export (its "dynamo" patches of torch._prims_common's
-check_contiguous_sizes_strides, is_contiguous and _is_non_overlapping_and_dense_or_false), but the ExecuTorch lowering
-runs under the "executorch" patches only, so its decomposition retrace hits the original probes:
-the SpecialisationWarning "input_features dim 0 (bounds 0..8, lowered to 0..2)" (TORCH_LOGS=+dynamic during
-ExecutorchExporter.export of the zoo's MusicFlamingoModel: `eval s4 - 1 < 2 [guard added]
-(_prims_common/__init__.py:511 in _is_non_overlapping_and_dense_or_false)`, then `set_replacement s4 = 2`).
+The engine works around it with its patches of torch._prims_common's check_contiguous_sizes_strides,
+is_contiguous and _is_non_overlapping_and_dense_or_false (engine/patches/torch_export.py). Registered for torch.export
+only, they left the ExecuTorch lowering's decomposition retrace on the original probes, which narrowed MusicFlamingo's
+input_features dim 0 from 0..8 to 0..2 (TORCH_LOGS=+dynamic: `eval s4 - 1 < 2 [guard added]
+(_prims_common/__init__.py:511 in _is_non_overlapping_and_dense_or_false)`, then `set_replacement s4 = 2`). All three
+are needed: with two, check_contiguous_sizes_strides:285 still pins (`Eq(s4 - 1, 1)`).
 Error: the program exported at 2 windows raises AssertionError 'Guard failed: -1 + input_features.size()[0] < 2' on 3.
 Tracker: pytorch/pytorch
 """
