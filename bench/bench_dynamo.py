@@ -5,7 +5,8 @@ Each exporter gets one warm-up export per model, then ``--repeats`` timed export
 and the ratios ours/bare (target <= 1.10; with ``--dynamic`` <= 0.8: ours with ``dynamic=True`` against a bare
 ``torch.export`` marking every dim ``Dim.AUTO``) and ours/peer. ``--classes`` takes catalog classes (their zoo
 models, :func:`sweep.zoo.build.build_case`) in place of the tiny models; ``--classes=smoke-dynamo`` is the smoke
-set's decoder, encoder-decoder and vision classes.
+set's decoder, encoder-decoder and vision classes. ``--batch-of-one`` keeps the first row of every input (the
+size-1 dims the exporter widens).
 """
 
 from __future__ import annotations
@@ -67,7 +68,10 @@ def models_and_inputs(args):
 
     for name in (SMOKE_DYNAMO if args.classes == "smoke-dynamo" else args.classes).split(","):
         case = build_case(name)
-        yield name, case.model, case.inputs
+        inputs = case.inputs
+        if args.batch_of_one:
+            inputs = {k: v[:1] if isinstance(v, torch.Tensor) and v.ndim else v for k, v in inputs.items()}
+        yield name, case.model, inputs
 
 
 def median_seconds(fns, model, inputs, repeats):
@@ -98,6 +102,7 @@ def main():
     parser.add_argument("--classes", default="", help="catalog classes, comma-separated, or smoke-dynamo")
     parser.add_argument("--dynamic", action="store_true", help="dynamic=True against every dim Dim.AUTO")
     parser.add_argument("--no-peer", action="store_true", help="leave transformers.exporters out")
+    parser.add_argument("--batch-of-one", action="store_true", help="the first row of every input (--classes)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)

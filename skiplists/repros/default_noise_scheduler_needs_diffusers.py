@@ -5,7 +5,7 @@ when generate() is given no noise_scheduler (generation_vibevoice.py:129-131 at 
 builds `diffusers.DPMSolverMultistepScheduler` (generation_vibevoice.py:157-181; the entry cites 162): `if not
 is_diffusers_available(): raise ImportError(...)`. Not a bug: an optional dependency this environment does not install.
 Error: ImportError 'The default VibeVoice noise scheduler (`DPMSolverMultistepScheduler`) requires `diffusers`'.
-Not an upstream bug (an environment choice, not an upstream bug)
+Not an upstream bug (an environment choice)
 """
 
 import sys
