@@ -17,12 +17,14 @@ import torch
 from sweep.zoo import build, known_failures
 from sweep.zoo.context import BATCH
 from sweep.zoo.errors import ZooError, installable
-from sweep.zoo.sample import eager_sample
+from sweep.zoo.sample import eager_sample, stable_key
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SAMPLE = eager_sample()
 KNOWN = known_failures.load()
 OVER_BUDGET = known_failures.over_budget()
+#: the classes whose case is built twice to check it is deterministic for a seed: one in this many, by name hash
+DETERMINISM_EVERY = 4
 
 
 def _params():
@@ -57,6 +59,8 @@ def test_build_and_forward(name):
     batched = [v for v in case.inputs.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
     assert any(v.shape[0] == BATCH for v in batched), {k: tuple(v.shape) for k, v in case.inputs.items()}
     # deterministic for a seed
+    if int(stable_key(name), 16) % DETERMINISM_EVERY:
+        return  # a second build checks determinism on a fixed part of the sample (it doubles the build's time)
     again = build.build_case(name)
     for key, value in case.inputs.items():
         if isinstance(value, torch.Tensor):
