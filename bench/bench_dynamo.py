@@ -27,10 +27,12 @@ from engine.pytree import register_pytree_nodes  # noqa: E402
 from tests.engine.tiny_models import TINY_MODELS  # noqa: E402
 
 
-#: the smoke set's decoder, encoder-decoder and vision classes (sweep/data/smoke.yaml)
+#: the smoke set's decoder, encoder-decoder and vision classes (sweep/data/smoke.yaml), but Swin: a bare export
+#: with its image height and width Dim.AUTO did not finish in 7 minutes (the symbolic window partition; ours keeps
+#: configured image sizes static: engine.shapes)
 SMOKE_DYNAMO = ("LlamaForCausalLM,GPT2LMHeadModel,Qwen3ForCausalLM,PhiForCausalLM,T5ForConditionalGeneration,"
                 "BartForConditionalGeneration,WhisperForConditionalGeneration,ViTForImageClassification,"
-                "ConvNextForImageClassification,SwinForImageClassification")
+                "ConvNextForImageClassification")
 
 
 def all_dims_auto(traced):
