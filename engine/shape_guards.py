@@ -232,11 +232,16 @@ def tied_leaves(record: Mapping[str, Any], traced: Mapping[tuple, int]) -> dict[
     return {leaf: sorted(group[leaf], key=order.index) for leaf in traced}
 
 
+def _at_traced(record: Mapping[str, Any], traced: Mapping[tuple, int]) -> dict[str, int]:
+    """``record``'s symbols at their traced sizes (``traced`` keyed ``(leaf, dim)``)."""
+    return {sym: traced[tuple(where)] for sym, where in record["dims"].items() if tuple(where) in traced}
+
+
 def _sizes_moving(record: Mapping[str, Any], traced: Mapping[tuple, int]) -> Callable[[tuple, int], dict | None]:
     """``at(leaf, size)``: ``record``'s symbols at their traced sizes, ``leaf`` and its :func:`tied_leaves` at ``size``
     (None for a leaf ``record`` does not name)."""
     sym_of = {tuple(where): sym for sym, where in record["dims"].items()}
-    base = {sym: traced[leaf] for leaf, sym in sym_of.items() if leaf in traced}
+    base = _at_traced(record, traced)
     ties = tied_leaves(record, {leaf: size for leaf, size in traced.items() if leaf in sym_of})
 
     def at(leaf: tuple, size: int) -> dict | None:
@@ -271,8 +276,7 @@ def rejected_probes(record: Mapping[str, Any], traced: Mapping[tuple, int],
 
 def accepts(record: Mapping[str, Any], traced: Mapping[tuple, int]) -> bool:
     """Whether ``record``'s guards hold at the sizes ``traced`` (keyed ``(leaf, dim)``)."""
-    sym_of = {tuple(where): sym for sym, where in record["dims"].items()}
-    return not _broken(record, {sym: traced[leaf] for leaf, sym in sym_of.items() if leaf in traced})
+    return not _broken(record, _at_traced(record, traced))
 
 
 def pins_a_unit_size(record: Mapping[str, Any], traced: Mapping[tuple, int], leaf: tuple, size: int) -> bool:

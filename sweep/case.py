@@ -9,6 +9,7 @@ Statuses: ``pass``; ``discrepancy`` (ran, some leaf outside the tolerance); ``fa
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import inspect
@@ -83,19 +84,14 @@ def second_shape(inputs: dict[str, Any], drop_tokens: int = 2) -> dict[str, Any]
     return out
 
 
+@contextlib.contextmanager
 def same_draws():
     """torch's generator at :data:`RUN_SEED` for one run, restored after it: a model that samples at inference
     (SpeechT5's prenet dropout, VibeVoice's latent noise) draws the same numbers in eager and in a program that runs
     its random ops on torch's generator (a ``.pt2``); ONNX and ExecuTorch runtimes draw their own."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def seeded():
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(RUN_SEED)
-            yield
-
-    return seeded()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RUN_SEED)
+        yield
 
 
 def _eager(model: torch.nn.Module, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:

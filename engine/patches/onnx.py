@@ -113,15 +113,14 @@ def _patch_prepare_for_export(original: Callable) -> Callable:
     return prepare
 
 
-@register_patch("onnx", "onnxscript.rewriter._matcher.SimplePatternMatcher._match_constant", requires={"onnxscript": ">=0.7,<0.8"})
+@register_patch("onnx", "onnxscript.rewriter._matcher.SimplePatternMatcher._match_constant",
+                requires={"onnxscript": ">=0.7,<0.8"})
 def _patch_zero_constant_matches_only_zero(original: Callable) -> Callable:
     """A rewrite pattern's constant 0 matches only 0.
 
-    Pattern: the optimizer's no-op rules (``x + 0``, ``x - 0``: onnxscript/rewriter/rules/common/_no_op.py) match
-    their 0 with ``math.isclose(value, 0, abs_tol=1e-8)`` (the default of ``_pattern_ir.Constant``), so the epsilon
-    of ``x * rsqrt(mean(x**2) + 1e-8)`` is removed as an ``Add`` of 0: MuseGlimmer's post-norms (``post_norm_eps =
-    1e-8``) then divide by the bare RMS and the text model drifts from eager (0.29 off on an input whose mean square is
-    1e-8: ``skiplists/repros/onnxscript_drops_add_of_1e8_epsilon.py``).
+    Pattern: the optimizer's no-op rules (``x + 0``, ``x - 0``) match their 0 with ``abs_tol=1e-8``, so the epsilon of
+    ``x * rsqrt(mean(x**2) + 1e-8)`` is removed as an ``Add`` of 0 (MuseGlimmer's post-norms then drift from eager;
+    repro: ``skiplists/repros/onnxscript_drops_add_of_1e8_epsilon.py``).
 
     Rewrite: where the pattern's constant is 0 (a scalar or all of a list), a non-zero value fails the match; every
     other constant is matched by the original. Upstream: no onnxscript issue found (tracker microsoft/onnxscript)."""

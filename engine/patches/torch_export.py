@@ -73,9 +73,8 @@ def _patch_density_probe_without_numel_guards(original):
     fake-tensor metadata): ``guard_or_false(prod(sizes) < 2)`` on a slice one shorter than a dynamic input (Music
     Flamingo's ``torch.cumsum(post_lengths, 0)[:-1]`` of two audio windows) pinned the input (``s - 1 < 2``: the
     program accepts only two windows). Static-only here too; a size that may be 0 or 1 gets the stride check
-    (pytorch/pytorch#185166; torch 2.14.1's function otherwise). Also
-    in the ExecuTorch lowering, whose decomposition retrace probes ``_to_copy`` outputs again (the same window count;
-    repro: skiplists/repros/numel_probe_pins_slice_of_dynamic_dim.py)."""
+    (pytorch/pytorch#185166; torch 2.14.1's function otherwise). Also in the ExecuTorch lowering, whose decomposition
+    retrace probes ``_to_copy`` outputs again (repro: skiplists/repros/numel_probe_pins_slice_of_dynamic_dim.py)."""
     import torch._prims_common as prims_common
     from torch.fx.experimental.symbolic_shapes import guard_or_false, statically_known_true
 

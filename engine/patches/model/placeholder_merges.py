@@ -2,7 +2,8 @@
 
 Pattern: ``if mask.any(): embeds[mask] = features`` and ``mask.size()[...].numel()`` placeholder counts: a Python
 ``bool``/``int`` of a tensor, a data-dependent guard torch.export cannot trace; a count check that raises in Python
-becomes a runtime assert. Each function is recompiled from its own source (:mod:`engine.patches.source_rewrite`) with only the matched expression changed.
+becomes a runtime assert. Each function is recompiled from its own source (:mod:`engine.patches.source_rewrite`)
+with only the matched expression changed.
 """
 
 from __future__ import annotations
