@@ -28,7 +28,7 @@ from engine import (
     run_exported,
 )
 from engine.compare import compare_leaves
-from tests.engine.tiny_models import TINY_MODELS, eager_leaves
+from tests.engine.tiny_models import CI_LOWERING, TINY_MODELS, ci_cover, eager_leaves
 
 pytest.importorskip("executorch", reason="the executorch extra is not installed")
 
@@ -43,7 +43,7 @@ ATOL = RTOL = 1e-4
 STATIC_SUBSET = ("bert", "vit", "convnext")
 
 
-@pytest.mark.parametrize("name", list(TINY_MODELS))
+@pytest.mark.parametrize("name", ci_cover(TINY_MODELS, CI_LOWERING["executorch"]))
 def test_dynamic_pte_matches_eager(name, tmp_path):
     tiny = TINY_MODELS[name]
     model, manager, caps = dynamic_export(name)

@@ -33,7 +33,7 @@ from engine.exporter_onnx import OnnxExporter, supported_opsets
 from engine.onnx_io import sidecar_path
 from engine.pytree import iter_leaf_tensors
 from tests.engine.onnx_bytes import comparable_bytes
-from tests.engine.tiny_models import TINY_MODELS, eager_leaves
+from tests.engine.tiny_models import CI_LOWERING, TINY_MODELS, ci_cover, eager_leaves
 
 ATOL = RTOL = 1e-4
 
@@ -66,7 +66,7 @@ def check_at_run_shape(name: str, program) -> None:
 
 # ─── Twelve architectures ────────────────────────────────────────────────────────────────────────
 
-@pytest.mark.parametrize("name", list(TINY_MODELS))
+@pytest.mark.parametrize("name", ci_cover(TINY_MODELS, CI_LOWERING["onnx"]))
 def test_dynamic_export_runs_in_onnxruntime_at_another_shape(name):
     tiny = TINY_MODELS[name]
     model = tiny.model()
@@ -507,7 +507,7 @@ def test_timings_split_export_and_optimizer():
     assert all(t >= 0 for t in exporter.timings.values())
 
 
-@pytest.mark.parametrize("name", ["llama", "mamba2", "whisper"])
+@pytest.mark.parametrize("name", ci_cover(["llama", "mamba2", "whisper"], ["llama", "whisper"]))
 def test_optimize_with_first_node_check_writes_the_same_model(name):
     """The optimizer writes the same model with and without the multi-output pattern speed-up."""
     import onnx_ir as ir
@@ -525,7 +525,7 @@ def test_optimize_with_first_node_check_writes_the_same_model(name):
     assert optimized[True] == optimized[False]
 
 
-@pytest.mark.parametrize("name", ["t5", "llama", "whisper"])
+@pytest.mark.parametrize("name", ci_cover(["t5", "llama", "whisper"], ["llama", "whisper"]))
 def test_type_promotion_without_reruns_writes_the_same_model(name):
     """The type promotion pass gives the same ONNX model when it reads node values instead of re-running nodes
     (T5 has nodes that it promotes). On the two-pass path: re-running the nodes of a single-trace program fails

@@ -202,6 +202,21 @@ GENERATIVE_EXTRAS: dict[str, TinyModel] = {
 }
 
 
+#: The models each lowering backend runs in CI; ``-m slow`` runs the rest. Dynamo runs all twelve, each model
+#: runs through one lowering here, and the smoke sweep runs each family's zoo class through both.
+CI_LOWERING = {
+    "executorch": ("bert", "gpt2", "vit", "convnext", "clip"),
+    "onnx": ("llama", "qwen3", "gemma3_text", "mixtral", "mamba2", "t5", "whisper"),
+}
+
+
+def ci_cover(names, in_ci) -> list:
+    """``names`` as pytest params, the ones outside ``in_ci`` marked ``slow`` (left out of ``./dev test``)."""
+    import pytest
+
+    return [pytest.param(n, marks=() if n in in_ci else pytest.mark.slow) for n in names]
+
+
 # ─── Small widths at real limits (ExecuTorch's default memory planning) ────────────────────────────
 
 _SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
