@@ -57,10 +57,12 @@ CASES = [(n, "dynamic") for n in MODELS] + [(n, "static") for n in DECODER_ONLY]
 #: (cache, backend) pair once (a pairwise cover of the 24 combinations); the other 12 are marked slow
 PAIRWISE = {"llama": ("static", "dynamic", "static"), "gpt2": ("dynamic", "static", "dynamic"),
             "qwen3": ("static", "dynamic", "dynamic"), "gemma3_text": ("dynamic", "static", "static")}
-#: the longest cases, whose paths other CI cases cover (Mamba2's export on ONNX and ExecuTorch in the exporter tests,
-#: an encoder-decoder's generation on ONNX by Whisper), and the decoder-only combinations outside the pairwise cover:
-#: marked slow, which ./dev test leaves out (``./dev unit -m slow``)
-SLOW = {("mamba2", "dynamic", "onnx"), ("mamba2", "dynamic", "executorch"), ("t5", "dynamic", "onnx")} | {
+#: the longest cases, whose paths other CI cases cover (Mamba2's export on ONNX in the exporter tests and on
+#: ExecuTorch in the smoke sweep, an encoder-decoder's generation on ONNX and ExecuTorch by Whisper, a multimodal
+#: one's on ONNX by Llava), and the decoder-only combinations outside the pairwise cover: marked slow, which
+#: ./dev test leaves out (``./dev unit -m slow``)
+SLOW = {("mamba2", "dynamic", "onnx"), ("mamba2", "dynamic", "executorch"), ("t5", "dynamic", "onnx"),
+        ("t5", "dynamic", "executorch"), ("llava", "dynamic", "executorch")} | {
     (name, cache, backend) for name, kept in PAIRWISE.items() for cache in ("static", "dynamic")
     for backend, kept_cache in zip(("dynamo", "onnx", "executorch"), kept) if cache != kept_cache}
 
