@@ -396,3 +396,34 @@ def _patch_memory_planning_allocation_ends_once(original):
         return max_offset
 
     return _find_max_overlapping_allocations_offset
+
+
+@register_patch(
+    "executorch",
+    "executorch.exir.sym_util.eval_upper_bound",
+    "executorch.exir.passes.sym_shape_eval_pass.eval_upper_bound",
+    requires=EXECUTORCH_RANGE,
+)
+def _patch_upper_bound_once_per_expression(original):
+    """Pattern: memory planning asks ``eval_upper_bound`` for each dim of each tensor spec (5,000-7,000 calls per
+    export), and each call runs sympy's interval arithmetic (``bound_sympy``) over the same few size expressions.
+
+    Rewrite: one bound per expression and the ranges and traced values of its symbols (all the bound reads), kept
+    for one lowering; an error is not kept. Registered after :mod:`engine.patches.executorch`'s exact bound, so it
+    keeps that bound. Not an upstream bug: a cost of executorch/exir/sym_util.py."""
+    bounds: dict = {}
+
+    def eval_upper_bound(maybe_symint):
+        if isinstance(maybe_symint, int):
+            return maybe_symint
+        node = maybe_symint.node
+        env, expr = node.shape_env, node.expr
+        hints = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val  # the traced values
+        overrides = getattr(env, "var_to_hint_override", {})
+        key = (expr, tuple((s, env.var_to_range.get(s), hints.get(s), overrides.get(s))
+                           for s in sorted(expr.free_symbols, key=str)))
+        if key not in bounds:
+            bounds[key] = original(maybe_symint)
+        return bounds[key]
+
+    return eval_upper_bound

@@ -102,7 +102,7 @@ def test_edge_operator_passes_fuse_in_order_and_a_re_entering_pass_starts_a_grou
     "patch", ["_patch_edge_dtype_check_from_meta", "_patch_fused_edge_passes", "_patch_partition_legalize_without_child_recompiles",
               "_patch_spec_prop_reuses_the_dim_order_retrace", "_patch_lazy_graph_module_recompiles",
               "_patch_partition_merge_cycle_check_by_intersection", "_patch_partition_loop_without_debug_rendering",
-              "_patch_memory_planning_allocation_ends_once"]
+              "_patch_memory_planning_allocation_ends_once", "_patch_upper_bound_once_per_expression"]
 )
 def test_lowering_speed_patch_leaves_the_bytes_unchanged(patch):
     from engine.patches import patch_disabled
@@ -234,3 +234,27 @@ def test_memory_planning_allocation_ends_once_finds_the_original_offsets(allocat
         spec = SimpleNamespace(lifetime=[start, start + length], allocated_memory=size)
         assert patched(buffer, spec) == original(buffer, spec)
         buffer.allocations.append(memory_planning.AllocationSpec(offset, spec))
+
+
+def _symint(upper: int, hint: int = 5) -> torch.SymInt:
+    """A size symbol in ``[2, upper]`` of its own shape environment (each environment names its first one alike)."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    env = ShapeEnv()
+    symbol = env.create_symbol(hint, ConstantSource("x"), dynamic_dim=DimDynamic.DYNAMIC)
+    env.constrain_symbol_range(symbol, compiler_min=2, compiler_max=upper)
+    return env.create_symintnode(symbol, hint=hint)
+
+
+def test_an_upper_bound_is_kept_per_expression_and_the_ranges_of_its_symbols():
+    from executorch.exir.sym_util import eval_upper_bound
+
+    from engine.patches.executorch_speed import _patch_upper_bound_once_per_expression
+
+    calls = []
+    bound = _patch_upper_bound_once_per_expression(lambda n: calls.append(n) or eval_upper_bound(n))
+    small, large = _symint(10), _symint(20)
+    assert str(small.node.expr) == str(large.node.expr)  # the same expression, other ranges
+    assert [bound(small * 4), bound(small * 4), bound(large * 4), bound(7)] == [40, 40, 80, 7]
+    assert len(calls) == 2  # computed once for each range, never for an int
