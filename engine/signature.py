@@ -83,9 +83,12 @@ def restore_module_state(model: torch.nn.Module) -> Iterator[None]:
 def call_program(program: torch.export.ExportedProgram, inputs: dict[str, Any]) -> Any:
     """``program.module()(**inputs)`` without the module: the graph called on its lifted state and the flat inputs
     (torch's calling convention, ``ExportedProgram._graph_module_flat_inputs``, which checks the input tree and
-    the program's guards as the module does). ``module()`` unlifts: it copies the graph and recompiles it, which at
-    a sample's size costs 5-30x the call (0.12 s against 0.016 for a tiny Whisper). Mutated buffers are not
-    written back: for one call, the outputs are the module's."""
+    the range constraints). ``module()`` unlifts: it copies the graph and recompiles it, which at a sample's size
+    costs 5-30x the call (0.12 s against 0.016 for a tiny Whisper). A program with guard code (``_guards_code``,
+    relations of input sizes that only the module's ``_guards_fn`` checks) is called through the module. Mutated
+    buffers are not written back: for one call, the outputs are the module's."""
+    if getattr(program, "_guards_code", None):
+        return program.module()(**inputs)
     flat = program._graph_module_flat_inputs((), dict(inputs))
     outputs = program.graph_module(*flat)
     user = [out for out, spec in zip(outputs, program.graph_signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]

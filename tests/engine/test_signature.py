@@ -42,3 +42,19 @@ def test_call_program_checks_the_programs_guards():
     program = torch.export.export(model, (), inputs, strict=False)  # static: (2, 5) only
     with pytest.raises(Exception, match="(?i)expected|guard|shape"):
         call_program(program, {"x": torch.randn(3, 5, 4), "mask": torch.ones(3, 5, dtype=torch.bool)})
+
+
+def test_call_program_checks_the_guard_code_only_the_module_checks():
+    """A relation of input sizes that torch keeps as guard code (``_guards_code``: PI0's ``mask rows != images``)
+    is checked by the module's ``_guards_fn`` alone: call_program refuses the inputs it refuses."""
+    model = _State().eval()
+    inputs = {"x": torch.randn(2, 5, 4), "mask": torch.ones(2, 5, dtype=torch.bool)}
+    program = torch.export.export(model, (), inputs, strict=False,
+                                  dynamic_shapes={"x": {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},
+                                                  "mask": {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}})
+    program._guards_code = ["L['x'].size()[0] != L['x'].size()[1]"]
+    square = {"x": torch.randn(3, 3, 4), "mask": torch.ones(3, 3, dtype=torch.bool)}
+    for call in (lambda: program.module()(**square), lambda: call_program(program, square)):
+        with pytest.raises(Exception, match="Guard failed"):
+            call()
+    call_program(program, {"x": torch.randn(3, 4, 4), "mask": torch.ones(3, 4, dtype=torch.bool)})
