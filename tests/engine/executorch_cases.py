@@ -29,6 +29,16 @@ class Block(torch.nn.Module):
         return self.norm(torch.nn.functional.gelu(self.linear(h)))
 
 
+def size_symint(env, name: str, hint: int, lower: int, upper: int) -> torch.SymInt:
+    """A size symbol of shape environment ``env`` in ``[lower, upper]``, traced at ``hint`` (what memory planning bounds)."""
+    from torch._dynamo.source import ConstantSource
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    symbol = env.create_symbol(hint, ConstantSource(name))
+    env.var_to_range[symbol] = ValueRanges(lower, upper)
+    return env.create_symintnode(symbol, hint=hint)
+
+
 def pte_bytes() -> bytes:
     torch.manual_seed(0)
     inputs = {"input_ids": torch.randint(0, 16, (2, 5)), "attention_mask": torch.ones(2, 5)}

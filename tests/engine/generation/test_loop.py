@@ -24,7 +24,7 @@ from engine import (
 )
 import transformers as tf
 
-from tests.engine.tiny_models import GENERATIVE_EXTRAS, TINY_MODELS, VOCAB
+from tests.engine.tiny_models import GENERATIVE_EXTRAS, TINY_MODELS, VOCAB, ci_cover
 
 MODELS = {**{n: TINY_MODELS[n] for n in ("llama", "qwen3", "gemma3_text", "gpt2", "mamba2", "t5", "whisper")}, **GENERATIVE_EXTRAS}
 
@@ -222,7 +222,7 @@ def _token_type_inputs(seed: int) -> dict:
 
 
 # the loop feeds token_type_ids alike on every backend: ExecuTorch's program runs in the slow set
-@pytest.mark.parametrize("backend", ["dynamo", "onnx", pytest.param("executorch", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("backend", ci_cover(["dynamo", "onnx", "executorch"], ["dynamo", "onnx"]))
 def test_token_type_ids_follow_the_new_tokens_as_generate_repeats_them(backend):
     """GPT-2 with ``token_type_ids``: generate() extends them by repeating the last position and feeds each decode
     step the current tokens' slice. The decode program takes them per token (``plan.per_token``), and every step

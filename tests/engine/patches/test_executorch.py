@@ -17,6 +17,7 @@ from engine import (
     run_exported,
 )
 from engine.compare import compare_leaves
+from tests.engine.executorch_cases import size_symint
 from tests.engine.tiny_models import eager_leaves
 
 pytest.importorskip("executorch", reason="the executorch extra is not installed")
@@ -223,22 +224,14 @@ def test_a_size_without_an_interval_bound_is_planned_at_its_exact_maximum_not_th
     interval arithmetic finds no bound (the inner divisor's range reaches 0) and ExecuTorch plans the traced
     size, which a batch of 3 exceeds at run time (``et_view``: capacity 1152 elements, 1728 needed)."""
     import executorch.exir.sym_util as sym_util
-    from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
-    from torch.utils._sympy.value_ranges import ValueRanges
 
     import engine.patches.executorch_nodes  # noqa: F401
     import engine.patches.executorch  # noqa: F401 - registers the patch
     from engine.patches import apply_patches
 
     env = ShapeEnv()
-
-    def symbol(name, hint, lower, upper):
-        expr = env.create_symbol(hint, ConstantSource(name))
-        env.var_to_range[expr] = ValueRanges(lower, upper)
-        return env.create_symintnode(expr, hint=hint)
-
-    s, length = symbol("s", 2, 2, 8), symbol("L", 12, 2, 12)
+    s, length = size_symint(env, "s", 2, 2, 8), size_symint(env, "L", 12, 2, 12)
     size = s * ((4 * s) // ((4 * s * length * length) // (length * (4 * length + 4))))
     exact = max(b * ((4 * b) // ((4 * b * n * n) // (n * (4 * n + 4))))
                 for b in range(2, 9) for n in range(2, 13) if (4 * b * n * n) // (n * (4 * n + 4)))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 pytest.importorskip("executorch", reason="the executorch extra is not installed")
 
 
-from tests.engine.executorch_cases import pte_bytes, pte_bytes_with_every_patch  # noqa: E402
+from tests.engine.executorch_cases import pte_bytes, pte_bytes_with_every_patch, size_symint  # noqa: E402
 
 
 def _counted_with_and_without(patch: str, events: list) -> tuple[int, int]:
@@ -236,25 +236,15 @@ def test_memory_planning_allocation_ends_once_finds_the_original_offsets(allocat
         buffer.allocations.append(memory_planning.AllocationSpec(offset, spec))
 
 
-def _symint(upper: int, hint: int = 5) -> torch.SymInt:
-    """A size symbol in ``[2, upper]`` of its own shape environment (each environment names its first one alike)."""
-    from torch._dynamo.source import ConstantSource
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
-
-    env = ShapeEnv()
-    symbol = env.create_symbol(hint, ConstantSource("x"), dynamic_dim=DimDynamic.DYNAMIC)
-    env.constrain_symbol_range(symbol, compiler_min=2, compiler_max=upper)
-    return env.create_symintnode(symbol, hint=hint)
-
-
 def test_an_upper_bound_is_kept_per_expression_and_the_ranges_of_its_symbols():
     from executorch.exir.sym_util import eval_upper_bound
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     from engine.patches.executorch_speed import _patch_upper_bound_once_per_expression
 
     calls = []
     bound = _patch_upper_bound_once_per_expression(lambda n: calls.append(n) or eval_upper_bound(n))
-    small, large = _symint(10), _symint(20)
+    small, large = (size_symint(ShapeEnv(), "x", 5, 2, upper) for upper in (10, 20))  # each env names it alike
     assert str(small.node.expr) == str(large.node.expr)  # the same expression, other ranges
     assert [bound(small * 4), bound(small * 4), bound(large * 4), bound(7)] == [40, 40, 80, 7]
     assert len(calls) == 2  # computed once for each range, never for an int
