@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -207,27 +208,32 @@ class DynamoExporter:
         for how, sample, oblivious in attempts:
             if sample is None:
                 continue
+            started = time.perf_counter()
+
+            def took() -> float:
+                return time.perf_counter() - started
+
             try:
                 with fx_config.patch(backed_size_oblivious=oblivious):
                     candidate = self._trace_at(model, sample, flags, dynamic_shapes, config, two_passes=oblivious)
             except Exception as e:
-                logger.debug("%s: retrace %s failed (%s: %s)", name, how, type(e).__name__, e)
+                logger.debug("%s: retrace %s (%.1f s) failed (%s: %s)", name, how, took(), type(e).__name__, e)
                 continue
             record = program_guards(candidate)
             if not accepts(record, traced):
-                logger.debug("%s: retrace %s rejects the sample; kept the first trace", name, how)
+                logger.debug("%s: retrace %s (%.1f s) rejects the sample; kept the first trace", name, how, took())
                 continue
             after = rejected_probes(record, traced, probes)
             newly = [(where, s) for where, rejected in before.items() for s, _ in rejected
                      if s not in {t for t, _ in after.get(where, ())}]
             if sum(map(len, after.values())) >= sum(map(len, before.values())) or not newly:
-                logger.debug("%s: retrace %s rejects as many sizes; kept the first trace", name, how)
+                logger.debug("%s: retrace %s (%.1f s) rejects as many sizes; kept the first trace", name, how, took())
                 continue
             at_newly = grow_dim(inputs, program, *newly[0])
             if at_newly is None or not all(self._reproduces_sample(candidate, model, s, flags) for s in (inputs, at_newly)):
-                logger.debug("%s: retrace %s differs from eager at the sample or at %s", name, how, newly[0])
+                logger.debug("%s: retrace %s (%.1f s) differs from eager at the sample or at %s", name, how, took(), newly[0])
                 continue
-            logger.debug("%s: retrace %s kept: its guards reject fewer sizes", name, how)
+            logger.debug("%s: retrace %s (%.1f s) kept: its guards reject fewer sizes", name, how, took())
             return candidate
         return program
 
