@@ -116,6 +116,9 @@ class DynamoExporter:
         # are traced at 2 instead, and that program is kept where it reproduces the eager outputs at the sample
         program = None
         widened = widen_unit_dims(inputs, dynamic_shapes) if auto_shapes else None
+        if widened is not None and not self._eager_runs(model, widened, flags):
+            logger.debug("%s: the model refuses its size-1 dims at 2 in eager; traced as sampled", name)
+            widened = None
         if widened is not None:
             try:
                 program = self._trace_at(model, widened, flags, dynamic_shapes, config)
@@ -190,8 +193,9 @@ class DynamoExporter:
 
         Pattern: a derived size the sample makes 0 or 1 (a Mamba2 traced below ``chunk_size``: one chunk) is
         specialised like a size-1 dim, so longer inputs are refused (where a broken guard compares with 0 or 1:
-        :func:`~engine.shape_guards.pins_a_unit_size`). Tried in turn: the sample under ``backed_size_oblivious`` (in
-        two passes: a single trace's decompositions guard again), then the sample grown to the first rejected size.
+        :func:`~engine.shape_guards.pins_a_unit_size`, and eager takes the first size refused). Tried in turn: the
+        sample under ``backed_size_oblivious`` (in two passes: a single trace's decompositions guard again), then the
+        sample grown to the first rejected size.
         A retrace is kept only if it accepts the sample and reproduces eager there and at a size the first one
         rejected; else ``program`` stays."""
         import torch.fx.experimental._config as fx_config
@@ -203,8 +207,12 @@ class DynamoExporter:
         if leaf is None or not pins_a_unit_size(program_guards(program), traced, leaf, size):
             return program  # no guard restricts, or only sizes the model needs (no 0/1 specialisation to avoid)
         name = model_name(model)
+        grown = grow_dim(inputs, program, leaf, size)
+        if grown is not None and not self._eager_runs(model, grown, flags):
+            logger.debug("%s: eager refuses %s dim %s = %s too; no retrace", name, leaf[0], leaf[1], size)
+            return program  # a size the model needs after all: no trace can accept it
         attempts = [("size-oblivious at the sample", inputs if self.size_oblivious_retrace else None, True),
-                    (f"at {leaf[0]} dim {leaf[1]} = {size}", grow_dim(inputs, program, leaf, size), False)]
+                    (f"at {leaf[0]} dim {leaf[1]} = {size}", grown, False)]
         for how, sample, oblivious in attempts:
             if sample is None:
                 continue
@@ -236,6 +244,18 @@ class DynamoExporter:
             logger.debug("%s: retrace %s (%.1f s) kept: its guards reject fewer sizes", name, how, took())
             return candidate
         return program
+
+    @staticmethod
+    def _eager_runs(model: torch.nn.Module, inputs: Mapping[str, Any], flags: Mapping[str, Any]) -> bool:
+        """Whether eager takes ``inputs`` (a sample 2a made: size-1 dims at 2, a dim grown to a size a guard
+        rejects). One that eager refuses (a channel count of 1, a reshape the size does not divide) is not traced:
+        that trace fails or gives a program :meth:`_reproduces_sample` rejects, at the cost of a whole trace."""
+        with torch.no_grad():
+            try:
+                model(**copy.deepcopy(dict(inputs)), **flags)
+            except Exception:
+                return False
+        return True
 
     @staticmethod
     def _reproduces_sample(program: torch.export.ExportedProgram, model: torch.nn.Module, inputs: Mapping[str, Any],

@@ -154,3 +154,37 @@ def test_the_executorch_runner_refuses_a_size_a_kept_guard_rejects_by_name():
     torch.testing.assert_close(run_exported(artifact, {"x": x, "mask": mask})[""], Branchy()(x, mask))
     with pytest.raises(InputError, match=r"x dim 1"):
         run_exported(artifact, {"x": torch.rand(2, 5), "mask": torch.ones(2, 5)})
+
+
+class Triples(torch.nn.Module):
+    """A size eager refuses past the sample: ``x`` in rows of 3 (a guard ``Mod(s, 3) == 0`` the retrace probes)."""
+
+    def forward(self, x):
+        return x.reshape(x.shape[0], -1, 3).sum(-1)
+
+
+class MonoConv(torch.nn.Module):
+    """One input channel, a size-1 dim the widening would double: eager refuses 2 channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(1, 2, 3)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+@pytest.mark.parametrize("model, sample", [(Triples(), torch.rand(2, 6)), (MonoConv(), torch.rand(1, 1, 8))])
+def test_a_sample_eager_refuses_is_never_traced(monkeypatch, model, sample):
+    """Step 2a's own samples (size-1 dims at 2, a dim grown to a size a guard rejects) are traced only where eager
+    takes them: Triples grown to 7 and MonoConv at 2 channels fail in eager, so only the sample is traced (no
+    size-oblivious retrace either: the size its guard refuses is one the model needs)."""
+    calls = []
+    trace_at = DynamoExporter._trace_at
+    monkeypatch.setattr(DynamoExporter, "_trace_at", lambda self, m, inputs, *a, **k: calls.append(
+        {k: tuple(v.shape) for k, v in inputs.items()}) or trace_at(self, m, inputs, *a, **k))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = DynamoExporter().export(model.eval(), {"x": sample}, config={"dynamic": True})
+    assert calls == [{"x": tuple(sample.shape)}]
+    torch.testing.assert_close(program.module()(x=sample), model(sample))
