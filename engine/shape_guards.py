@@ -279,15 +279,23 @@ def accepts(record: Mapping[str, Any], traced: Mapping[tuple, int]) -> bool:
     return not _broken(record, _at_traced(record, traced))
 
 
-def pins_a_unit_size(record: Mapping[str, Any], traced: Mapping[tuple, int], leaf: tuple, size: int) -> bool:
+def pins_a_unit_size(record: Mapping[str, Any], traced: Mapping[tuple, int], leaf: tuple, size: int, *,
+                     remainders: bool = True) -> bool:
     """Whether a guard broken at ``leaf`` = ``size`` compares a size expression with 0 or 1 (``(s + pad) // 8 == 1``:
     one chunk): the 0/1 specialisation of a derived size, which a size-oblivious or a bigger trace can avoid, as
-    opposed to a size the model needs (AST's patch count ``== 62``, set by its position embeddings)."""
+    opposed to a size the model needs (AST's patch count ``== 62``, set by its position embeddings).
+    ``remainders=False`` leaves out a remainder compared so (``(8 - s % 8) % 8 > 0``: Mamba2 and Florence-2 pad
+    only where a size is not a multiple): a branch, whose other side a trace at ``size`` takes, and whose program
+    then refuses the sample."""
     sizes = _sizes_moving(record, traced)(leaf, size)
     for code in _broken(record, sizes) if sizes is not None else ():
         tree = _parse(code).body
-        if isinstance(tree, ast.Compare) and any(isinstance(side, ast.Constant) and side.value in (0, 1)
-                                                 for side in (tree.left, *tree.comparators)):
+        if not isinstance(tree, ast.Compare):
+            continue
+        sides = (tree.left, *tree.comparators)
+        remainder = any(isinstance(side, ast.BinOp) and isinstance(side.op, ast.Mod) for side in sides)
+        if (remainders or not remainder) and any(isinstance(side, ast.Constant) and side.value in (0, 1)
+                                                 for side in sides):
             return True
     return False
 

@@ -266,6 +266,36 @@ def _patch_conv1d_with_several_dynamic_dims(original):
     return _rejecting(original, runs_as_conv1d_with_several_dynamic_dims)
 
 
+@register_patch(
+    "executorch",
+    "executorch.backends.xnnpack.partition.xnnpack_partitioner.XnnpackPartitioner.generate_partitions",
+    requires=EXECUTORCH_RANGE,
+)
+def _patch_no_op_copies_out_of_partition_outputs(original):
+    """Pattern: a copy XNNPACK drops as a no-op (``clone``/``_clone_dim_order`` keeping the dim order: ``.contiguous()``
+    of a contiguous tensor) whose result leaves the partition while its source does too, or comes from outside
+    (RecurrentGemma returns a permute and its contiguous copy). XNNPACK's ``RemoveCloneOpsTransform`` removes it and
+    the partition returns one value twice, or its own input: 'Output node ... is already in the inputs'. Rewrite:
+    such a copy leaves the partition, for the portable kernel. Upstream: pytorch/executorch#14937 (pass-through
+    outputs); no issue found for the removed copy (TODO)."""
+    from executorch.backends.transforms.remove_clone_ops import RemoveCloneOpsTransform
+
+    def aliases_an_output(node, nodes) -> bool:
+        if node.target not in RemoveCloneOpsTransform.clone_ops or any(user in nodes for user in node.users):
+            return False
+        source = node.args[0]
+        return source not in nodes or any(user is not node and user not in nodes for user in source.users)
+
+    def generate_partitions(self, ep):
+        partitions = original(self, ep)
+        for partition in partitions:
+            for node in [n for n in partition.nodes if aliases_an_output(n, partition.nodes)]:
+                partition.remove_node(node)
+        return [partition for partition in partitions if partition.nodes]
+
+    return generate_partitions
+
+
 @register_patch("executorch", *SCANNED_TIME_LOOPS)
 def _patch_time_loops_unrolled_for_executorch(scanned):
     """The time-loop scans of :mod:`engine.patches.model` (RWKV, RecurrentGemma, xLSTM), undone for the ExecuTorch

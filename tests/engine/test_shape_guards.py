@@ -156,11 +156,16 @@ def test_the_executorch_runner_refuses_a_size_a_kept_guard_rejects_by_name():
         run_exported(artifact, {"x": torch.rand(2, 5), "mask": torch.ones(2, 5)})
 
 
-class Triples(torch.nn.Module):
-    """A size eager refuses past the sample: ``x`` in rows of 3 (a guard ``Mod(s, 3) == 0`` the retrace probes)."""
+class TablePositions(Chunked):
+    """:class:`Chunked` after a position table of 4 rows: traced at 3, its one-chunk guard refuses 5, and so does
+    eager (5 positions)."""
 
-    def forward(self, x):
-        return x.reshape(x.shape[0], -1, 3).sum(-1)
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("pos", torch.arange(4.0))
+
+    def forward(self, x, mask):
+        return super().forward(x + self.pos[: x.shape[1]], mask)
 
 
 class MonoConv(torch.nn.Module):
@@ -174,10 +179,11 @@ class MonoConv(torch.nn.Module):
         return self.conv(x)
 
 
-@pytest.mark.parametrize("model, sample", [(Triples(), torch.rand(2, 6)), (MonoConv(), torch.rand(1, 1, 8))])
+@pytest.mark.parametrize("model, sample", [(TablePositions(), {"x": torch.rand(2, 3), "mask": torch.ones(2, 3)}),
+                                           (MonoConv(), {"x": torch.rand(1, 1, 8)})])
 def test_a_sample_eager_refuses_is_never_traced(monkeypatch, model, sample):
     """Step 2a's own samples (size-1 dims at 2, a dim grown to a size a guard rejects) are traced only where eager
-    takes them: Triples grown to 7 and MonoConv at 2 channels fail in eager, so only the sample is traced (no
+    takes them: TablePositions grown to 5 and MonoConv at 2 channels fail in eager, so only the sample is traced (no
     size-oblivious retrace either: the size its guard refuses is one the model needs)."""
     calls = []
     trace_at = DynamoExporter._trace_at
@@ -185,6 +191,19 @@ def test_a_sample_eager_refuses_is_never_traced(monkeypatch, model, sample):
         {k: tuple(v.shape) for k, v in inputs.items()}) or trace_at(self, m, inputs, *a, **k))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program = DynamoExporter().export(model.eval(), {"x": sample}, config={"dynamic": True})
-    assert calls == [{"x": tuple(sample.shape)}]
-    torch.testing.assert_close(program.module()(x=sample), model(sample))
+        program = DynamoExporter().export(model.eval(), sample, config={"dynamic": True})
+    assert calls == [{k: tuple(v.shape) for k, v in sample.items()}]
+    torch.testing.assert_close(program.module()(**sample), model(**sample))
+
+
+def test_a_remainder_the_model_branches_on_is_no_size_to_retrace_at():
+    """One chunk (a floor division equal to 1) is a 0/1 specialisation a trace at the refused size avoids; a remainder
+    compared with 0 (Mamba2 and Florence-2 pad only where a size is not a multiple) is a branch whose other side
+    that trace would take: only the size-oblivious retrace is tried for it."""
+    from engine.shape_guards import pins_a_unit_size
+
+    one_chunk = {"guards": ["((s1 + ((4 - (s1 % 4)) % 4)) // 4) == 1"], "dims": {"s1": ["x", 1]}}
+    padded = {"guards": ["((4 - (s1 % 4)) % 4) > 0"], "dims": {"s1": ["x", 1]}}
+    assert pins_a_unit_size(one_chunk, {("x", 1): 3}, ("x", 1), 5, remainders=False)
+    assert pins_a_unit_size(padded, {("x", 1): 3}, ("x", 1), 4)
+    assert not pins_a_unit_size(padded, {("x", 1): 3}, ("x", 1), 4, remainders=False)

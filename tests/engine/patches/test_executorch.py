@@ -404,3 +404,29 @@ def test_lifted_constants_follow_a_constant_first_input():
     inputs = {"attention_mask": masks, "x": torch.randn(6, 3)}
     comparison = compare_leaves(eager_leaves(model, inputs), run_exported(manager, inputs), atol=ATOL, rtol=RTOL)
     assert comparison.ok, str(comparison)
+
+
+class _PermuteAndItsCopy(torch.nn.Module):
+    """A permuted result returned beside its contiguous copy (RecurrentGemma's conv input): the copy is a no-op
+    XNNPACK removes, and a partition holding both would return one value twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.proj(x).permute(0, 2, 1)
+        return y, y.contiguous()
+
+
+def test_a_no_op_copy_of_a_partition_output_lowers_and_runs():
+    import engine.patches.executorch  # noqa: F401  (registers the patch the first export would)
+    from engine.patches import patch_disabled
+
+    model, sample = _PermuteAndItsCopy().eval(), {"x": torch.rand(2, 5, 8)}
+    with patch_disabled("executorch", "_patch_no_op_copies_out_of_partition_outputs"), \
+            pytest.raises(Exception, match="already in the inputs"):
+        ExecutorchExporter().export(model, sample, config=ExecutorchConfig(dynamic=True))
+    artifact = ExecutorchExporter().export(model, sample, config=ExecutorchConfig(dynamic=True))
+    comparison = compare_leaves(eager_leaves(model, sample), run_exported(artifact, sample), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
