@@ -268,6 +268,26 @@ def _patch_conv1d_with_several_dynamic_dims(original):
 
 @register_patch(
     "executorch",
+    "executorch.backends.xnnpack.partition.config.node_configs.PreluConfig.check_constraints",
+    requires=EXECUTORCH_RANGE,
+)
+def _patch_prelu_of_other_ranks_than_4(original):
+    """Pattern: ``nn.PReLU`` on states that are not 4-D images (DAB-DETR's default activation on ``(batch, seq,
+    hidden)``). XNNPACK's partitioner takes every ``prelu`` with a parameter weight, but its
+    ``ChannelsLastTaggedReshapePass`` converts the input to NHWC and asserts 'Attempting to convert non-NHWC
+    compatible node to NHWC'. Rewrite: such a ``prelu`` stays out of the partition; ``to_edge`` then decomposes it
+    to core ATen (a ``where``) for the other kernels. Upstream: repro ``skiplists/repros/xnnpack_prelu_3d_nhwc.py``
+    (pytorch/executorch; no issue found, TODO)."""
+
+    def not_4d(node) -> bool:
+        val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        return not (isinstance(val, torch.Tensor) and val.ndim == 4)
+
+    return _rejecting(original, not_4d)
+
+
+@register_patch(
+    "executorch",
     "executorch.backends.xnnpack.partition.xnnpack_partitioner.XnnpackPartitioner.generate_partitions",
     requires=EXECUTORCH_RANGE,
 )

@@ -430,3 +430,22 @@ def test_a_no_op_copy_of_a_partition_output_lowers_and_runs():
     artifact = ExecutorchExporter().export(model, sample, config=ExecutorchConfig(dynamic=True))
     comparison = compare_leaves(eager_leaves(model, sample), run_exported(artifact, sample), atol=ATOL, rtol=RTOL)
     assert comparison.ok, str(comparison)
+
+
+def test_prelu_on_3d_states_lowers_and_runs():
+    """DAB-DETR's activation: ``nn.PReLU`` after a linear on ``(batch, seq, hidden)``, which XNNPACK would take and
+    then fail to lay out as NHWC (``skiplists/repros/xnnpack_prelu_3d_nhwc.py``)."""
+    import engine.patches.executorch  # noqa: F401  (registers the patch the first export would)
+    from engine.patches import patch_disabled
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.PReLU()).eval()
+    sample = {"input": torch.randn(2, 5, 8)}
+    with patch_disabled("executorch", "_patch_prelu_of_other_ranks_than_4"), pytest.raises(Exception) as failed:
+        ExecutorchExporter().export(model, sample, config=ExecutorchConfig(dynamic=True))
+    causes = [failed.value]
+    while causes[-1].__cause__ or causes[-1].__context__:
+        causes.append(causes[-1].__cause__ or causes[-1].__context__)
+    assert any("non-NHWC compatible" in str(cause) for cause in causes), causes
+    artifact = ExecutorchExporter().export(model, sample, config=ExecutorchConfig(dynamic=True))
+    comparison = compare_leaves(eager_leaves(model, sample), run_exported(artifact, sample), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
