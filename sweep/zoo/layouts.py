@@ -137,7 +137,9 @@ def _id_layouts(ctx: Context, base: dict[str, Any]) -> list[dict[str, Any]]:
         # a decoder-only model over codebooks (MusicGen's decoder): a row per codebook, the mask per sample (B, S)
         out.append({"input_ids": ids.repeat_interleave(codebooks, dim=0)})
     text = {k: v for k, v in base.items() if k in CHOICE_INPUTS and isinstance(v, torch.Tensor) and v.dim() == 2}
-    if "input_ids" in text:  # multiple choice: (B, choices, S)
+    # multiple choice: (B, choices, S), for a forward that documents num_choices (the multiple-choice heads); another
+    # model that refuses 2-D ids for its own reason (VibeVoice's placeholder count) must not get 3-D ones by accident
+    if "input_ids" in text and "num_choices" in (getattr(type(ctx.model).forward, "__doc__", None) or ""):
         out.append({k: torch.stack([v, v.flip(1)], dim=1) for k, v in text.items()})
     return out
 

@@ -417,3 +417,12 @@ def test_a_decoder_over_codebooks_gets_a_row_per_codebook():
     ids, mask = case.inputs["input_ids"], case.inputs["attention_mask"]
     assert ids.dim() == 2 and mask.dim() == 2
     assert ids.shape == (mask.shape[0] * case.model.config.num_codebooks, mask.shape[1])
+
+
+def test_only_a_forward_documenting_num_choices_gets_the_multiple_choice_layout():
+    """``(batch, choices, seq)`` ids are for the multiple-choice heads; VibeVoice refuses 2-D ids in a first round for
+    its placeholder count, and must not end with 3-D ones, which its eager takes by accident."""
+    from sweep.zoo.build import build_case
+
+    assert build_case("BertForMultipleChoice", seed=0).inputs["input_ids"].dim() == 3
+    assert build_case("VibeVoiceForConditionalGeneration", seed=0).inputs["input_ids"].dim() == 2
