@@ -84,6 +84,54 @@ def _fix_complex_tensors_as_real_pairs(gm: torch.fx.GraphModule, node: torch.fx.
     return touches_complex(node) and complex_as_real_pairs(gm) > 0
 
 
+_SEGMENT_REDUCTIONS = {  # reduce: (fill where another segment, reduction over a row, combination with self)
+    "sum": (0.0, torch.ops.aten.sum.dim_IntList, torch.ops.aten.add.Tensor),
+    "mean": (0.0, torch.ops.aten.sum.dim_IntList, torch.ops.aten.add.Tensor),
+    "prod": (1.0, torch.ops.aten.prod.dim_int, torch.ops.aten.mul.Tensor),
+    "amax": (-math.inf, torch.ops.aten.amax.default, torch.ops.aten.maximum.default),
+    "amin": (math.inf, torch.ops.aten.amin.default, torch.ops.aten.minimum.default),
+}
+
+
+@register_fx_node_fix("executorch", ops=(torch.ops.aten.scatter_reduce.two,))
+def _fix_scatter_reduce_as_comparisons(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make a 1-D floating ``scatter_reduce(0, index, src, reduce)`` a reduction over ``index == index.T`` written
+    back with a plain ``scatter``.
+
+    Pattern: segment means and extrema over table cells (Tapas' ``_segment_reduce``, modeling_tapas.py:1446). The
+    ExecuTorch portable library has no ``scatter_reduce.two_out`` kernel (https://github.com/pytorch/executorch/issues/11330),
+    and ``amax``/``amin`` have no ``scatter_add`` form. Each source element's segment result is its reduction over
+    the elements of its index (an ``[N, N]`` comparison of the N sources, not of the segments, which Tapas counts in
+    the 65,536s), so elements of one segment hold equal values and the ``scatter`` writes the same value for each."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.scatter_reduce.two:
+        return False
+    bound = node.normalized_arguments(gm, normalize_to_only_use_kwargs=True).kwargs
+    target, index, src = bound.get("self", bound.get("input")), bound["index"], bound["src"]
+    values = [a.meta.get("val") for a in (target, index, src)]
+    if (bound["dim"] not in (0, -1) or bound["reduce"] not in _SEGMENT_REDUCTIONS
+            or any(not isinstance(v, torch.Tensor) or v.dim() != 1 for v in values) or not values[2].is_floating_point()):
+        return False
+    fill, reduction, combine = _SEGMENT_REDUCTIONS[bound["reduce"]]
+    same = insert_node(gm, node, torch.ops.aten.eq.Tensor, insert_node(gm, node, torch.ops.aten.unsqueeze.default, index, 1),
+                       insert_node(gm, node, torch.ops.aten.unsqueeze.default, index, 0))
+    row = insert_node(gm, node, torch.ops.aten.unsqueeze.default, src, 0)
+    other = insert_node(gm, node, torch.ops.aten.full_like.default, row, fill)
+    masked = insert_node(gm, node, torch.ops.aten.where.self, same, row, other)
+    per = insert_node(gm, node, reduction, masked, [1] if reduction is not torch.ops.aten.prod.dim_int else 1)
+    if bound["reduce"] == "mean":
+        count = insert_node(gm, node, torch.ops.aten.sum.dim_IntList, same, [1], dtype=values[2].dtype)
+    if bound["include_self"]:
+        own = insert_node(gm, node, torch.ops.aten.gather.default, target, 0, index)
+        per = insert_node(gm, node, combine, per, own)
+        if bound["reduce"] == "mean":
+            count = insert_node(gm, node, torch.ops.aten.add.Tensor, count, 1)
+    if bound["reduce"] == "mean":
+        per = insert_node(gm, node, torch.ops.aten.div.Tensor, per, count)
+    per = insert_node(gm, node, torch.ops.aten._to_copy.default, per, dtype=values[0].dtype)
+    node.target, node.args, node.kwargs = torch.ops.aten.scatter.src, (target, 0, index, per), {}
+    return True
+
+
 _REPEAT_INTERLEAVES = (torch.ops.aten.repeat_interleave.Tensor, torch.ops.aten.repeat_interleave.self_Tensor)
 
 

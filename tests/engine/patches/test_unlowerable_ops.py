@@ -242,3 +242,46 @@ def test_a_squeeze_of_a_dim_that_is_not_one_loads_in_onnxruntime():
             expected = model(**inputs)
         comparison = compare_leaves(expected, run_exported(artifact, inputs), atol=1e-5, rtol=1e-5)
         assert comparison.ok, str(comparison)
+
+
+class _SegmentReduce(torch.nn.Module):
+    """Tapas' ``_segment_reduce``: a reduction of cell values per segment id into a zero vector of segments."""
+
+    def __init__(self, reduce: str, include_self: bool, segments: int = 6):
+        super().__init__()
+        self.reduce, self.include_self, self.segments = reduce, include_self, segments
+
+    def forward(self, values, index):
+        out = torch.arange(self.segments, dtype=torch.float32) - 2.5
+        return out.scatter_reduce(0, index, values, reduce=self.reduce, include_self=self.include_self)
+
+
+_REDUCES = [(r, s) for r in ("sum", "mean", "prod", "amax", "amin") for s in (False, True)]
+
+
+@functools.cache
+def _rewritten_segment_reduce(reduce: str, include_self: bool):
+    module = _SegmentReduce(reduce, include_self).eval()
+    auto = {0: torch.export.Dim.AUTO}
+    program = torch.export.export(module, (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0, 2, 2])),
+                                  dynamic_shapes=(auto, auto))
+    assert apply_fx_node_fixes("executorch", program.graph_module) > 0
+    assert not any(n.target is torch.ops.aten.scatter_reduce.two for n in program.graph_module.graph.nodes)
+    return module, program.module()
+
+
+@given(case=st.sampled_from(_REDUCES),
+       data=st.lists(st.tuples(st.floats(-4, 4, width=32), st.integers(0, 5)), min_size=2, max_size=10))
+@settings(max_examples=60, deadline=None)
+def test_comparison_reduction_equals_scatter_reduce(case, data):
+    module, rewritten = _rewritten_segment_reduce(*case)
+    values, index = torch.tensor([v for v, _ in data]), torch.tensor([i for _, i in data])
+    torch.testing.assert_close(rewritten(values, index), module(values, index), atol=1e-5, rtol=1e-5)
+
+
+def test_segment_means_and_extrema_run_on_executorch():
+    for reduce in ("mean", "amax"):
+        module = _SegmentReduce(reduce, include_self=False).eval()
+        assert_exports_and_runs(module, {"values": torch.tensor([1.0, 2.0, 3.0]), "index": torch.tensor([0, 2, 2])},
+                                {"values": torch.tensor([3.0, -1.0, 0.5, 2.0, 4.0]), "index": torch.tensor([5, 1, 1, 5, 0])},
+                                "executorch", tolerance=1e-5)
