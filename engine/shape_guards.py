@@ -279,25 +279,30 @@ def accepts(record: Mapping[str, Any], traced: Mapping[tuple, int]) -> bool:
     return not _broken(record, _at_traced(record, traced))
 
 
+def _compares_a_unit_size(code: str, remainders: bool) -> bool:
+    """Whether guard ``code`` compares a size expression with 0 or 1 (a remainder only with ``remainders``)."""
+    tree = _parse(code).body
+    if not isinstance(tree, ast.Compare):
+        return False
+    sides = (tree.left, *tree.comparators)
+    if not remainders and any(isinstance(side, ast.BinOp) and isinstance(side.op, ast.Mod) for side in sides):
+        return False
+    return any(isinstance(side, ast.Constant) and side.value in (0, 1) for side in sides)
+
+
 def pins_a_unit_size(record: Mapping[str, Any], traced: Mapping[tuple, int], leaf: tuple, size: int, *,
-                     remainders: bool = True) -> bool:
+                     only: bool = False) -> bool:
     """Whether a guard broken at ``leaf`` = ``size`` compares a size expression with 0 or 1 (``(s + pad) // 8 == 1``:
     one chunk): the 0/1 specialisation of a derived size, which a size-oblivious or a bigger trace can avoid, as
     opposed to a size the model needs (AST's patch count ``== 62``, set by its position embeddings).
-    ``remainders=False`` leaves out a remainder compared so (``(8 - s % 8) % 8 > 0``: Mamba2 and Florence-2 pad
-    only where a size is not a multiple): a branch, whose other side a trace at ``size`` takes, and whose program
-    then refuses the sample."""
+    ``only``: every broken guard is one, and none compares a remainder (``(8 - s % 8) % 8 > 0``: Mamba2 and
+    Florence-2 pad only where a size is not a multiple): else a trace at ``size`` takes the other side of a branch,
+    and its program refuses the sample."""
     sizes = _sizes_moving(record, traced)(leaf, size)
-    for code in _broken(record, sizes) if sizes is not None else ():
-        tree = _parse(code).body
-        if not isinstance(tree, ast.Compare):
-            continue
-        sides = (tree.left, *tree.comparators)
-        remainder = any(isinstance(side, ast.BinOp) and isinstance(side.op, ast.Mod) for side in sides)
-        if (remainders or not remainder) and any(isinstance(side, ast.Constant) and side.value in (0, 1)
-                                                 for side in sides):
-            return True
-    return False
+    broken = _broken(record, sizes) if sizes is not None else []
+    if only:
+        return bool(broken) and all(_compares_a_unit_size(code, remainders=False) for code in broken)
+    return any(_compares_a_unit_size(code, remainders=True) for code in broken)
 
 
 def grow_dim(inputs: Mapping[str, Any], program: torch.export.ExportedProgram, leaf: tuple[str, int],

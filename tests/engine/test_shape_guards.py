@@ -196,14 +196,17 @@ def test_a_sample_eager_refuses_is_never_traced(monkeypatch, model, sample):
     torch.testing.assert_close(program.module()(**sample), model(**sample))
 
 
-def test_a_remainder_the_model_branches_on_is_no_size_to_retrace_at():
+def test_a_size_where_more_than_unit_guards_break_is_no_size_to_retrace_at():
     """One chunk (a floor division equal to 1) is a 0/1 specialisation a trace at the refused size avoids; a remainder
-    compared with 0 (Mamba2 and Florence-2 pad only where a size is not a multiple) is a branch whose other side
-    that trace would take: only the size-oblivious retrace is tried for it."""
+    compared with 0 (Mamba2 and Florence-2 pad only where a size is not a multiple) or another broken relation is a
+    branch whose other side that trace would take: only the size-oblivious retrace is tried for it."""
     from engine.shape_guards import pins_a_unit_size
 
     one_chunk = {"guards": ["((s1 + ((4 - (s1 % 4)) % 4)) // 4) == 1"], "dims": {"s1": ["x", 1]}}
     padded = {"guards": ["((4 - (s1 % 4)) % 4) > 0"], "dims": {"s1": ["x", 1]}}
-    assert pins_a_unit_size(one_chunk, {("x", 1): 3}, ("x", 1), 5, remainders=False)
+    windows = {"guards": [*one_chunk["guards"], "(s1 // 2) == (s1 - (s1 // 2))"], "dims": {"s1": ["x", 1]}}
+    assert pins_a_unit_size(one_chunk, {("x", 1): 3}, ("x", 1), 5, only=True)
     assert pins_a_unit_size(padded, {("x", 1): 3}, ("x", 1), 4)
-    assert not pins_a_unit_size(padded, {("x", 1): 3}, ("x", 1), 4, remainders=False)
+    assert not pins_a_unit_size(padded, {("x", 1): 3}, ("x", 1), 4, only=True)
+    assert pins_a_unit_size(windows, {("x", 1): 2}, ("x", 1), 5)
+    assert not pins_a_unit_size(windows, {("x", 1): 2}, ("x", 1), 5, only=True)
