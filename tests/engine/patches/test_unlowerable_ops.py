@@ -279,9 +279,9 @@ def test_comparison_reduction_equals_scatter_reduce(case, data):
     torch.testing.assert_close(rewritten(values, index), module(values, index), atol=1e-5, rtol=1e-5)
 
 
-def test_segment_means_and_extrema_run_on_executorch():
-    for reduce in ("mean", "amax"):
-        module = _SegmentReduce(reduce, include_self=False).eval()
-        assert_exports_and_runs(module, {"values": torch.tensor([1.0, 2.0, 3.0]), "index": torch.tensor([0, 2, 2])},
-                                {"values": torch.tensor([3.0, -1.0, 0.5, 2.0, 4.0]), "index": torch.tensor([5, 1, 1, 5, 0])},
-                                "executorch", tolerance=1e-5)
+def test_segment_maxima_run_on_executorch():
+    """``amax``, which has no ``scatter_add`` form (the other reductions are the same graph with another op)."""
+    module = _SegmentReduce("amax", include_self=False).eval()
+    assert_exports_and_runs(module, {"values": torch.tensor([1.0, 2.0, 3.0]), "index": torch.tensor([0, 2, 2])},
+                            {"values": torch.tensor([3.0, -1.0, 0.5, 2.0, 4.0]), "index": torch.tensor([5, 1, 1, 5, 0])},
+                            "executorch", tolerance=0)
