@@ -99,7 +99,8 @@ def _fix_scatter_reduce_as_comparisons(gm: torch.fx.GraphModule, node: torch.fx.
     back with a plain ``scatter``.
 
     Pattern: segment means and extrema over table cells (Tapas' ``_segment_reduce``, modeling_tapas.py:1446). The
-    ExecuTorch portable library has no ``scatter_reduce.two_out`` kernel (https://github.com/pytorch/executorch/issues/11330),
+    ExecuTorch portable library has no ``scatter_reduce.two_out`` kernel (https://github.com/pytorch/executorch/issues/11330;
+    repro ``skiplists/repros/scatter_reduce_missing_kernel.py``),
     and ``amax``/``amin`` have no ``scatter_add`` form. Each source element's segment result is its reduction over
     the elements of its index (an ``[N, N]`` comparison of the N sources, not of the segments, which Tapas counts in
     the 65,536s), so elements of one segment hold equal values and the ``scatter`` writes the same value for each."""
