@@ -192,12 +192,11 @@ class DynamoExporter:
         """``program``, or a retrace whose guards reject fewer of the probed sizes (:func:`~engine.shape_guards.restrictions`).
 
         Pattern: a derived size the sample makes 0 or 1 (a Mamba2 traced below ``chunk_size``: one chunk) is
-        specialised like a size-1 dim, so longer inputs are refused (where a broken guard compares with 0 or 1:
-        :func:`~engine.shape_guards.pins_a_unit_size`, and eager takes the first size refused). Tried in turn: the
-        sample under ``backed_size_oblivious`` (in two passes: a single trace's decompositions guard again), then the
-        sample grown to the first rejected size.
-        A retrace is kept only if it accepts the sample and reproduces eager there and at a size the first one
-        rejected; else ``program`` stays."""
+        specialised like a size-1 dim, so longer inputs are refused (a broken guard compares with 0 or 1:
+        :func:`~engine.shape_guards.pins_a_unit_size`; eager takes that size). Tried in turn: the sample under
+        ``backed_size_oblivious`` (two passes: a single trace's decompositions guard again), then the sample grown
+        to the first rejected size. A retrace is kept only if it accepts the sample and reproduces eager there and
+        at a size the first one rejected; else ``program`` stays."""
         import torch.fx.experimental._config as fx_config
 
         from engine.shape_guards import accepts, grow_dim, pins_a_unit_size, program_guards, rejected_probes, restrictions

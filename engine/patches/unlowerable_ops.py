@@ -98,12 +98,11 @@ def _fix_scatter_reduce_as_comparisons(gm: torch.fx.GraphModule, node: torch.fx.
     """Make a 1-D floating ``scatter_reduce(0, index, src, reduce)`` a reduction over ``index == index.T`` written
     back with a plain ``scatter``.
 
-    Pattern: segment means and extrema over table cells (Tapas' ``_segment_reduce``, modeling_tapas.py:1446). The
-    ExecuTorch portable library has no ``scatter_reduce.two_out`` kernel (https://github.com/pytorch/executorch/issues/11330;
-    repro ``skiplists/repros/scatter_reduce_missing_kernel.py``),
-    and ``amax``/``amin`` have no ``scatter_add`` form. Each source element's segment result is its reduction over
-    the elements of its index (an ``[N, N]`` comparison of the N sources, not of the segments, which Tapas counts in
-    the 65,536s), so elements of one segment hold equal values and the ``scatter`` writes the same value for each."""
+    Pattern: segment means and extrema over table cells (Tapas' ``_segment_reduce``). ExecuTorch's portable library
+    has no ``scatter_reduce.two_out`` kernel (https://github.com/pytorch/executorch/issues/11330; repro
+    ``skiplists/repros/scatter_reduce_missing_kernel.py``); ``amax``/``amin`` have no ``scatter_add`` form. Each
+    source element gets the reduction over the elements of its index (an ``[N, N]`` comparison of the N sources, not
+    of Tapas' 65,536 x batch segments), so one segment's elements hold one value, which the ``scatter`` writes."""
     if node.op != "call_function" or node.target is not torch.ops.aten.scatter_reduce.two:
         return False
     bound = node.normalized_arguments(gm, normalize_to_only_use_kwargs=True).kwargs
