@@ -111,6 +111,11 @@ def _dynamic_dims(val) -> int:
     return sum(1 for d in val.shape if free_symbols(d)) if isinstance(val, torch.Tensor) else 0
 
 
+def _input_value(node):
+    """The fake value of ``node``'s first argument, None where it is no node."""
+    return node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+
+
 def _rejecting(original, refused):
     """A partitioner config's ``check_constraints`` that also refuses the nodes ``refused(node)`` names: the ones
     XNNPACK's serializer would fail on, so they stay on the portable kernels."""
@@ -260,7 +265,7 @@ def _patch_conv1d_with_several_dynamic_dims(original):
     https://github.com/pytorch/executorch/pull/2976; no issue found for the partitioner admitting such nodes (TODO)."""
 
     def runs_as_conv1d_with_several_dynamic_dims(node):
-        val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        val = _input_value(node)
         return isinstance(val, torch.Tensor) and val.ndim == 3 and _dynamic_dims(val) > 1
 
     return _rejecting(original, runs_as_conv1d_with_several_dynamic_dims)
@@ -279,11 +284,7 @@ def _patch_prelu_of_other_ranks_than_4(original):
     to core ATen (a ``where``) for the other kernels. Upstream: repro ``skiplists/repros/xnnpack_prelu_3d_nhwc.py``
     (pytorch/executorch; no issue found, TODO)."""
 
-    def not_4d(node) -> bool:
-        val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
-        return not (isinstance(val, torch.Tensor) and val.ndim == 4)
-
-    return _rejecting(original, not_4d)
+    return _rejecting(original, lambda node: getattr(_input_value(node), "ndim", None) != 4)
 
 
 @register_patch(
