@@ -206,14 +206,14 @@ class DynamoExporter:
         if leaf is None or not pins_a_unit_size(program_guards(program), traced, leaf, size):
             return program  # no guard restricts, or only sizes the model needs (no 0/1 specialisation to avoid)
         name = model_name(model)
-        # at the size itself only where nothing but 0/1 guards break there (Florence-2's window branches do too)
-        grown = grow_dim(inputs, program, leaf, size) if pins_a_unit_size(
-            program_guards(program), traced, leaf, size, only=True) else None
+        grown = grow_dim(inputs, program, leaf, size)
         if grown is not None and not self._eager_runs(model, grown, flags):
             logger.debug("%s: eager refuses %s dim %s = %s too; no retrace", name, leaf[0], leaf[1], size)
             return program  # a size the model needs after all: no trace can accept it
+        # at the size itself only where nothing but 0/1 guards break there (Florence-2's window branches do too)
+        only_unit = pins_a_unit_size(program_guards(program), traced, leaf, size, only=True)
         attempts = [("size-oblivious at the sample", inputs if self.size_oblivious_retrace else None, True),
-                    (f"at {leaf[0]} dim {leaf[1]} = {size}", grown, False)]
+                    (f"at {leaf[0]} dim {leaf[1]} = {size}", grown if only_unit else None, False)]
         for how, sample, oblivious in attempts:
             if sample is None:
                 continue
