@@ -156,16 +156,11 @@ def test_the_executorch_runner_refuses_a_size_a_kept_guard_rejects_by_name():
         run_exported(artifact, {"x": torch.rand(2, 5), "mask": torch.ones(2, 5)})
 
 
-class TablePositions(Chunked):
-    """:class:`Chunked` after a position table of 4 rows: traced at 3, its one-chunk guard refuses 5, and so does
-    eager (5 positions)."""
+class Triples(torch.nn.Module):
+    """Rows in groups of 3 (a merge of patches): traced at 6, its guard ``s % 3 == 0`` refuses 7, and so does eager."""
 
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("pos", torch.arange(4.0))
-
-    def forward(self, x, mask):
-        return super().forward(x + self.pos[: x.shape[1]], mask)
+    def forward(self, x):
+        return x.reshape(-1, 3, x.shape[-1]).sum(1)
 
 
 class MonoConv(torch.nn.Module):
@@ -179,11 +174,10 @@ class MonoConv(torch.nn.Module):
         return self.conv(x)
 
 
-@pytest.mark.parametrize("model, sample", [(TablePositions(), {"x": torch.rand(2, 3), "mask": torch.ones(2, 3)}),
-                                           (MonoConv(), {"x": torch.rand(1, 1, 8)})])
+@pytest.mark.parametrize("model, sample", [(Triples(), {"x": torch.rand(6, 4)}), (MonoConv(), {"x": torch.rand(1, 1, 8)})])
 def test_a_sample_eager_refuses_is_never_traced(monkeypatch, model, sample):
     """Step 2a's own samples (size-1 dims at 2, a dim grown to a size a guard rejects) are traced only where eager
-    takes them: TablePositions grown to 5 and MonoConv at 2 channels fail in eager, so only the sample is traced (no
+    takes them: Triples grown to 7 rows and MonoConv at 2 channels fail in eager, so only the sample is traced (no
     size-oblivious retrace either: the size its guard refuses is one the model needs)."""
     calls = []
     trace_at = DynamoExporter._trace_at
