@@ -116,7 +116,7 @@ class DynamoExporter:
         # are traced at 2 instead, and that program is kept where it reproduces the eager outputs at the sample
         program = None
         widened = widen_unit_dims(inputs, dynamic_shapes) if auto_shapes else None
-        if widened is not None and not self._eager_runs(model, widened, flags):
+        if widened is not None and self._eager_outputs(model, widened, flags) is None:
             logger.debug("%s: the model refuses its size-1 dims at 2 in eager; traced as sampled", name)
             widened = None
         if widened is not None:
@@ -202,16 +202,17 @@ class DynamoExporter:
         from engine.shape_guards import accepts, grow_dim, pins_a_unit_size, program_guards, rejected_probes, restrictions
 
         traced, probes, before = restrictions(program)
+        guards = program_guards(program)
         leaf, [(size, _), *_] = next(iter(before.items()), (None, [(None, None)]))
-        if leaf is None or not pins_a_unit_size(program_guards(program), traced, leaf, size):
+        if leaf is None or not pins_a_unit_size(guards, traced, leaf, size):
             return program  # no guard restricts, or only sizes the model needs (no 0/1 specialisation to avoid)
         name = model_name(model)
         grown = grow_dim(inputs, program, leaf, size)
-        if grown is not None and not self._eager_runs(model, grown, flags):
+        if grown is not None and self._eager_outputs(model, grown, flags) is None:
             logger.debug("%s: eager refuses %s dim %s = %s too; no retrace", name, leaf[0], leaf[1], size)
             return program  # a size the model needs after all: no trace can accept it
         # at the size itself only where nothing but 0/1 guards break there (Florence-2's window branches do too)
-        only_unit = pins_a_unit_size(program_guards(program), traced, leaf, size, only=True)
+        only_unit = pins_a_unit_size(guards, traced, leaf, size, only=True)
         attempts = [("size-oblivious at the sample", inputs if self.size_oblivious_retrace else None, True),
                     (f"at {leaf[0]} dim {leaf[1]} = {size}", grown if only_unit else None, False)]
         for how, sample, oblivious in attempts:
@@ -247,16 +248,18 @@ class DynamoExporter:
         return program
 
     @staticmethod
-    def _eager_runs(model: torch.nn.Module, inputs: Mapping[str, Any], flags: Mapping[str, Any]) -> bool:
-        """Whether eager takes ``inputs`` (a sample 2a made: size-1 dims at 2, a dim grown to a size a guard
-        rejects). One that eager refuses (a channel count of 1, a reshape the size does not divide) is not traced:
-        that trace fails or gives a program :meth:`_reproduces_sample` rejects, at the cost of a whole trace."""
+    def _eager_outputs(model: torch.nn.Module, inputs: Mapping[str, Any], flags: Mapping[str, Any]) -> list | None:
+        """The eager output leaves at ``inputs``, None where eager refuses them. 2a traces a sample it made
+        (size-1 dims at 2, a dim grown to a size a guard rejects) only where eager takes it: one it refuses (a
+        channel count of 1, a reshape the size does not divide) fails to trace or gives a program
+        :meth:`_reproduces_sample` rejects, at the cost of a whole trace."""
+        from engine.pytree import get_leaf_tensors
+
         with torch.no_grad():
             try:
-                model(**copy.deepcopy(dict(inputs)), **flags)
+                return get_leaf_tensors(model(**copy.deepcopy(dict(inputs)), **flags))
             except Exception:
-                return False
-        return True
+                return None
 
     @staticmethod
     def _reproduces_sample(program: torch.export.ExportedProgram, model: torch.nn.Module, inputs: Mapping[str, Any],
@@ -274,9 +277,11 @@ class DynamoExporter:
             check(model_name(model), program_guards(program), get_leaf_tensors(dict(inputs)))
         except InputError:
             return False
+        expected = DynamoExporter._eager_outputs(model, inputs, flags)
+        if expected is None:
+            return False
         with torch.no_grad():
             try:
-                expected = get_leaf_tensors(model(**copy.deepcopy(dict(inputs)), **flags))
                 got = get_leaf_tensors(call_program(program, copy.deepcopy(dict(inputs))))
             except Exception:  # the program rejects the sample (a guard the widened trace took)
                 return False

@@ -84,12 +84,12 @@ def _fix_complex_tensors_as_real_pairs(gm: torch.fx.GraphModule, node: torch.fx.
     return touches_complex(node) and complex_as_real_pairs(gm) > 0
 
 
-_SEGMENT_REDUCTIONS = {  # reduce: (fill where another segment, reduction over a row, combination with self)
-    "sum": (0.0, torch.ops.aten.sum.dim_IntList, torch.ops.aten.add.Tensor),
-    "mean": (0.0, torch.ops.aten.sum.dim_IntList, torch.ops.aten.add.Tensor),
-    "prod": (1.0, torch.ops.aten.prod.dim_int, torch.ops.aten.mul.Tensor),
-    "amax": (-math.inf, torch.ops.aten.amax.default, torch.ops.aten.maximum.default),
-    "amin": (math.inf, torch.ops.aten.amin.default, torch.ops.aten.minimum.default),
+_SEGMENT_REDUCTIONS = {  # reduce: (fill where another segment, reduction over dim 1 of a row, combination with self)
+    "sum": (0.0, (torch.ops.aten.sum.dim_IntList, [1]), torch.ops.aten.add.Tensor),
+    "mean": (0.0, (torch.ops.aten.sum.dim_IntList, [1]), torch.ops.aten.add.Tensor),
+    "prod": (1.0, (torch.ops.aten.prod.dim_int, 1), torch.ops.aten.mul.Tensor),
+    "amax": (-math.inf, (torch.ops.aten.amax.default, [1]), torch.ops.aten.maximum.default),
+    "amin": (math.inf, (torch.ops.aten.amin.default, [1]), torch.ops.aten.minimum.default),
 }
 
 
@@ -111,22 +111,18 @@ def _fix_scatter_reduce_as_comparisons(gm: torch.fx.GraphModule, node: torch.fx.
     if (bound["dim"] not in (0, -1) or bound["reduce"] not in _SEGMENT_REDUCTIONS
             or any(not isinstance(v, torch.Tensor) or v.dim() != 1 for v in values) or not values[2].is_floating_point()):
         return False
-    fill, reduction, combine = _SEGMENT_REDUCTIONS[bound["reduce"]]
+    fill, (reduction, dims), combine = _SEGMENT_REDUCTIONS[bound["reduce"]]
     same = insert_node(gm, node, torch.ops.aten.eq.Tensor, insert_node(gm, node, torch.ops.aten.unsqueeze.default, index, 1),
                        insert_node(gm, node, torch.ops.aten.unsqueeze.default, index, 0))
     row = insert_node(gm, node, torch.ops.aten.unsqueeze.default, src, 0)
     other = insert_node(gm, node, torch.ops.aten.full_like.default, row, fill)
-    masked = insert_node(gm, node, torch.ops.aten.where.self, same, row, other)
-    per = insert_node(gm, node, reduction, masked, [1] if reduction is not torch.ops.aten.prod.dim_int else 1)
-    if bound["reduce"] == "mean":
-        count = insert_node(gm, node, torch.ops.aten.sum.dim_IntList, same, [1], dtype=values[2].dtype)
+    per = insert_node(gm, node, reduction, insert_node(gm, node, torch.ops.aten.where.self, same, row, other), dims)
     if bound["include_self"]:
-        own = insert_node(gm, node, torch.ops.aten.gather.default, target, 0, index)
-        per = insert_node(gm, node, combine, per, own)
-        if bound["reduce"] == "mean":
-            count = insert_node(gm, node, torch.ops.aten.add.Tensor, count, 1)
-    if bound["reduce"] == "mean":
-        per = insert_node(gm, node, torch.ops.aten.div.Tensor, per, count)
+        per = insert_node(gm, node, combine, per, insert_node(gm, node, torch.ops.aten.gather.default, target, 0, index))
+    if bound["reduce"] == "mean":  # over the segment's elements, and self's value where it is included
+        count = insert_node(gm, node, torch.ops.aten.sum.dim_IntList, same, [1], dtype=values[2].dtype)
+        per = insert_node(gm, node, torch.ops.aten.div.Tensor, per,
+                          insert_node(gm, node, torch.ops.aten.add.Tensor, count, 1) if bound["include_self"] else count)
     per = insert_node(gm, node, torch.ops.aten._to_copy.default, per, dtype=values[0].dtype)
     node.target, node.args, node.kwargs = torch.ops.aten.scatter.src, (target, 0, index, per), {}
     return True

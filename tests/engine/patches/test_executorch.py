@@ -18,6 +18,7 @@ from engine import (
 )
 from engine.compare import compare_leaves
 from tests.engine.executorch_cases import size_symint
+from tests.engine.patches.export_checks import assert_exports_and_runs
 from tests.engine.tiny_models import eager_leaves
 
 pytest.importorskip("executorch", reason="the executorch extra is not installed")
@@ -427,9 +428,7 @@ def test_a_no_op_copy_of_a_partition_output_lowers_and_runs():
     with patch_disabled("executorch", "_patch_no_op_copies_out_of_partition_outputs"), \
             pytest.raises(Exception, match="already in the inputs"):
         ExecutorchExporter().export(model, sample, config=ExecutorchConfig(dynamic=True))
-    artifact = ExecutorchExporter().export(model, sample, config=ExecutorchConfig(dynamic=True))
-    comparison = compare_leaves(eager_leaves(model, sample), run_exported(artifact, sample), atol=ATOL, rtol=RTOL)
-    assert comparison.ok, str(comparison)
+    assert_exports_and_runs(model, sample, sample, "executorch", tolerance=ATOL)
 
 
 def test_prelu_on_3d_states_lowers_and_runs():
@@ -446,6 +445,4 @@ def test_prelu_on_3d_states_lowers_and_runs():
     while causes[-1].__cause__ or causes[-1].__context__:
         causes.append(causes[-1].__cause__ or causes[-1].__context__)
     assert any("non-NHWC compatible" in str(cause) for cause in causes), causes
-    artifact = ExecutorchExporter().export(model, sample, config=ExecutorchConfig(dynamic=True))
-    comparison = compare_leaves(eager_leaves(model, sample), run_exported(artifact, sample), atol=ATOL, rtol=RTOL)
-    assert comparison.ok, str(comparison)
+    assert_exports_and_runs(model, sample, sample, "executorch", tolerance=ATOL)
