@@ -320,11 +320,11 @@ def _patch_no_op_copies_out_of_partition_outputs(original):
 @register_patch("executorch", *SCANNED_TIME_LOOPS)
 def _patch_time_loops_unrolled_for_executorch(scanned):
     """The time-loop scans of :mod:`engine.patches.model` (RWKV, RecurrentGemma, xLSTM), undone for the ExecuTorch
-    exporter (its patches apply after the ones of every exporter): ExecuTorch 1.5.1 does not run the scan (RWKV:
-    its lowering's pass replay fails on the scan node; xLSTM: the .pte fails with 0x12), while the unrolled loop
-    exports for the traced length, which is what a generation step at a fixed prompt length needs (RWKV's and
-    xLSTM's generation pass on ExecuTorch with it).
-    Upstream: https://github.com/pytorch/executorch/issues/8769 (support scan)."""
+    exporter (its patches apply after the ones of every exporter): ExecuTorch 1.5.1 lowers the scan, but its emitted
+    copy of the initial carry cannot take a batch other than the planned one (0x12 at run time). The unrolled loop
+    exports for the traced length, which is what a
+    generation step at a fixed prompt length needs (RWKV's and xLSTM's generation pass on ExecuTorch with it).
+    Upstream: repro ``skiplists/repros/scan_with_dynamic_carry.py`` (executorch)."""
     return getattr(scanned, "__wrapped__", scanned)
 
 

@@ -7,6 +7,7 @@ import functools
 import operator
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from engine.patches.fx_edit import insert_node, replace_node
@@ -223,7 +224,7 @@ def _fix_negative_pad_as_slice(gm: torch.fx.GraphModule, node: torch.fx.Node) ->
     with graph.inserting_before(node):
         for op, args in steps:
             current = graph.call_function(op, (current, *args))
-            with fake_mode:
+            with fake_mode, enable_python_dispatcher():  # the symbolic meta kernels, as export's: the C++ ones pin sizes
                 current_val = op(current_val, *args)
             current.meta.update(carried)
             current.meta["val"] = current_val

@@ -113,6 +113,35 @@ def _patch_norm_size_check_as_runtime_assert(original):
     return _verify_batch_size
 
 
+def max_pool1d_as_2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """``F.max_pool1d`` computed by ``F.max_pool2d`` over a height of 1 (each argument ``(1, k)``, the height unpadded):
+    the same windows, and flat indices that are the 1-D ones."""
+
+    def pair(value, height=1):
+        return (height, *(value if isinstance(value, (tuple, list)) else (value,)))
+
+    pooled = torch.nn.functional.max_pool2d(
+        input.unsqueeze(-2), pair(kernel_size), None if stride is None or stride == [] else pair(stride),
+        pair(padding, 0), pair(dilation), ceil_mode=ceil_mode, return_indices=return_indices)
+    if return_indices:
+        return pooled[0].squeeze(-2), pooled[1].squeeze(-2)
+    return pooled.squeeze(-2)
+
+
+@register_patch("dynamo", "torch.nn.functional.max_pool1d")
+def _patch_max_pool1d_as_max_pool2d(original):
+    """Pattern: ``nn.MaxPool1d``/``F.max_pool1d`` over a symbolic length (Canine's attention-mask downsampling). The
+    C++ ``max_pool1d`` computes its output size from concrete sizes, so the trace pins the length (``Eq(seq, 8)``).
+    Rewrite: :func:`max_pool1d_as_2d`, whose meta keeps the length symbolic; static lengths go to the original.
+    Upstream: repro ``skiplists/repros/max_pool1d_pins_length.py`` (torch); TODO: symbolic sizes in ``max_pool1d``."""
+
+    def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+        pool = max_pool1d_as_2d if isinstance(input.shape[-1], torch.SymInt) else original
+        return pool(input, kernel_size, stride, padding, dilation, ceil_mode=ceil_mode, return_indices=return_indices)
+
+    return max_pool1d
+
+
 @register_patch("dynamo", "torch.unique_consecutive")
 def _patch_unique_consecutive_as_run_starts(original):
     """Pattern: ``torch.unique_consecutive(eos_mask.sum(1)).numel() == 1``, the one-count-per-row check of the

@@ -3,8 +3,8 @@
 Pattern: a Python ``for t in range(seq_len)`` carrying a state (Mamba's selective scan, RWKV's WKV, RecurrentGemma's
 RG-LRU, xLSTM's mLSTM) is unrolled by torch.export for the traced length, which pins it. The selective scan has a
 closed form (cumulative sums of its log-decays); the others run their loop body as ``torch._higher_order_ops.scan``.
-ExecuTorch cannot run a scan yet: its exporter keeps the loops (:data:`SCANNED_TIME_LOOPS`,
-``engine.patches.executorch``).
+ExecuTorch runs a scan only while its carry keeps the traced shape: its exporter keeps the loops
+(:data:`SCANNED_TIME_LOOPS`, ``engine.patches.executorch``).
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ def _patch_selective_scan_loop(original):
 # A Python ``for t in range(seq_len)`` carrying a recurrent state is unrolled by torch.export for the traced
 # length, which pins it. ``torch._higher_order_ops.scan`` traces one step and runs it over the symbolic length;
 # the step is the loop body as written (the same ops in the same order: the values are eager's to the bit). A
-# length known as an int (a static export) keeps the loop, and so does the ExecuTorch exporter, which does not run
-# the scan (engine.patches.executorch._patch_time_loops_unrolled_for_executorch).
+# length known as an int (a static export) keeps the loop, and so does the ExecuTorch exporter, which cannot run the
+# scan of a dynamic batch (engine.patches.executorch._patch_time_loops_unrolled_for_executorch).
 
 
 _WKV_LOOP = "transformers.models.rwkv.modeling_rwkv.rwkv_linear_attention_cpu"

@@ -13,7 +13,7 @@ import engine.patches.torch_export  # noqa: F401  (registers the patches under t
 from engine import run_exported
 from engine.compare import compare_leaves
 from tests.engine.patches.export_checks import assert_exports_and_runs
-from tests.engine.tiny_models import eager_leaves
+from tests.engine.tiny_models import ci_cover, eager_leaves
 
 
 
@@ -292,3 +292,34 @@ def test_a_slice_one_shorter_than_the_input_keeps_it_symbolic():
     program = DynamoExporter().export(_WindowOffsets(), sample, {"dynamic": True})
     for lengths in (torch.tensor([1, 2, 3]), torch.arange(5)):
         assert torch.equal(run_exported(program, {"lengths": lengths})["offsets"], _WindowOffsets()(lengths)["offsets"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(length=st.integers(1, 20), kernel=st.integers(1, 5), stride=st.one_of(st.none(), st.integers(1, 4)),
+       padding=st.integers(0, 2), dilation=st.integers(1, 3), ceil_mode=st.booleans(), indices=st.booleans(),
+       batched=st.booleans())
+def test_max_pool1d_as_2d_equals_max_pool1d(length, kernel, stride, padding, dilation, ceil_mode, indices, batched):
+    """The same values and indices as ``F.max_pool1d`` wherever it accepts the arguments, and the same refusal."""
+    from engine.patches.torch_export import max_pool1d_as_2d
+
+    x = torch.randn(*((2,) if batched else ()), 3, length, generator=torch.Generator().manual_seed(length))
+    args = (x, kernel, stride, padding, dilation, ceil_mode, indices)
+    try:
+        expected = torch.nn.functional.max_pool1d(*args)
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            max_pool1d_as_2d(*args)
+        return
+    torch.testing.assert_close(max_pool1d_as_2d(*args), expected, rtol=0, atol=0)
+
+
+class _PoolMask(torch.nn.Module):
+    def forward(self, mask):
+        return torch.nn.MaxPool1d(kernel_size=4, stride=4)(mask[:, None].float()).squeeze(1)
+
+
+@pytest.mark.parametrize("backend", ci_cover(["dynamo", "executorch"], ["dynamo"]))
+def test_a_max_pooled_length_stays_dynamic(backend):
+    """Unpatched, the program takes only the traced length 8 (repro ``max_pool1d_pins_length.py``)."""
+    assert_exports_and_runs(_PoolMask(), {"mask": torch.ones(2, 8)}, {"mask": torch.randint(0, 2, (3, 13)).float()}, backend,
+                            tolerance=0)
