@@ -322,8 +322,8 @@ def _patch_time_loops_unrolled_for_executorch(scanned):
     """The time-loop scans of :mod:`engine.patches.model` (RWKV, RecurrentGemma, xLSTM), undone for the ExecuTorch
     exporter (its patches apply after the ones of every exporter): ExecuTorch 1.5.1 lowers the scan, but its emitted
     copy of the initial carry cannot take a batch other than the planned one (0x12 at run time). The unrolled loop
-    exports for the traced length, which is what a
-    generation step at a fixed prompt length needs (RWKV's and xLSTM's generation pass on ExecuTorch with it).
+    exports for the traced length, which is what a generation step at a fixed prompt length needs (RWKV's and
+    xLSTM's generation pass on ExecuTorch with it).
     Upstream: repro ``skiplists/repros/scan_with_dynamic_carry.py`` (executorch)."""
     return getattr(scanned, "__wrapped__", scanned)
 

@@ -321,5 +321,5 @@ class _PoolMask(torch.nn.Module):
 @pytest.mark.parametrize("backend", ci_cover(["dynamo", "executorch"], ["dynamo"]))
 def test_a_max_pooled_length_stays_dynamic(backend):
     """Unpatched, the program takes only the traced length 8 (repro ``max_pool1d_pins_length.py``)."""
-    assert_exports_and_runs(_PoolMask(), {"mask": torch.ones(2, 8)}, {"mask": torch.randint(0, 2, (3, 13)).float()}, backend,
-                            tolerance=0)
+    assert_exports_and_runs(_PoolMask(), {"mask": torch.ones(2, 8)}, {"mask": torch.randint(0, 2, (3, 13)).float()},
+                            backend, tolerance=0)
