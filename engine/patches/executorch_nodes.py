@@ -18,12 +18,8 @@ from engine.patches.registry import register_fx_node_fix
 # `_fix_<pattern>(graph_module, node) -> bool` on the traced program, before lowering.
 
 
-#: uninitialised allocations and their zero-filled twins (same arguments, no ``memory_format``)
-_ZEROED = {
-    torch.ops.aten.new_empty.default: torch.ops.aten.new_zeros.default,
-    torch.ops.aten.empty.memory_format: torch.ops.aten.zeros.default,
-    torch.ops.aten.empty_like.default: torch.ops.aten.zeros_like.default,
-}
+#: uninitialised allocations, rewritten as the ``full``/``full_like`` that their zero-filled twins decompose to
+_ZEROED = (torch.ops.aten.new_empty.default, torch.ops.aten.empty.memory_format, torch.ops.aten.empty_like.default)
 
 
 @register_fx_node_fix("executorch", ops=_ZEROED)
@@ -32,17 +28,29 @@ def _fix_symbolic_empty_as_zeros(gm: torch.fx.GraphModule, node: torch.fx.Node) 
 
     Pattern: DeepSeek-V3's latent attention (and copies) builds its keys with ``kv_nope.new_empty(...)``, filled in
     place. ExecuTorch's ``dim_order_ops._empty_dim_order`` (from ``aten.empty.memory_format``) takes ``int[] size``, not
-    ``SymInt[]``, pinning batch and sequence to their traced values. ``zeros`` takes ``SymInt[]`` and lowers to
-    ``full``; ``empty``'s contents are undefined, so zeros are valid. A static ``empty`` is left alone. Upstream: no
-    issue found for ``_empty_dim_order``'s ``int[]`` schema (executorch/exir/passes/dim_order_ops_registry.py) (TODO)."""
-    zeroed = _ZEROED.get(node.target) if node.op == "call_function" else None
+    ``SymInt[]``, pinning batch and sequence to their traced values. Rewrite: ``full(size, 0)`` (``full_like`` for
+    ``empty_like``), what ExecuTorch's table decomposes ``new_zeros``/``zeros_like`` to, so the single trace needs no
+    decomposition retrace; ``empty``'s contents are undefined, so zeros are valid. A static ``new_empty`` becomes the
+    table's ``empty``; other static allocations are left alone.
+    Upstream: no issue found for ``_empty_dim_order``'s ``int[]`` schema (exir/passes/dim_order_ops_registry.py) (TODO)."""
     val = node.meta.get("val")
-    if zeroed is None or not isinstance(val, torch.Tensor) or not any(free_symbols(d) for d in val.shape):
+    if node.op != "call_function" or node.target not in _ZEROED or not isinstance(val, torch.Tensor):
         return False
-    if node.kwargs.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
+    kwargs = {"dtype": val.dtype, "layout": torch.strided, "device": val.device, "pin_memory": False}
+    if not any(free_symbols(d) for d in val.shape):
+        if node.target is not torch.ops.aten.new_empty.default or node.kwargs.get("memory_format") is not None:
+            return False
+        return replace_node(gm, node, torch.ops.aten.empty.memory_format, (node.args[1],), kwargs)
+    memory_format = node.kwargs.get("memory_format")
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
         return False
-    kwargs = {k: v for k, v in node.kwargs.items() if k != "memory_format"}
-    return replace_node(gm, node, zeroed, node.args, kwargs)
+    zero = False if val.dtype == torch.bool else 0
+    if node.target is torch.ops.aten.empty_like.default:
+        return replace_node(gm, node, torch.ops.aten.full_like.default, (node.args[0], zero),
+                            {"dtype": val.dtype, "pin_memory": False,
+                             "memory_format": memory_format or torch.preserve_format})
+    size = node.args[1] if node.target is torch.ops.aten.new_empty.default else node.args[0]
+    return replace_node(gm, node, torch.ops.aten.full.default, (size, zero), kwargs)
 
 
 #: ops whose ``index`` argument (by position) ExecuTorch's edge dialect takes only as int64

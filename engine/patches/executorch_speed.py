@@ -6,6 +6,8 @@ checks the lowered program is the same with the patch disabled (:func:`engine.pa
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from engine.patches.executorch import EXECUTORCH_RANGE
@@ -78,7 +80,27 @@ def _operator_pass_classes() -> dict[type, bool]:
     from executorch.exir.passes.replace_aten_with_edge_pass import OpReplacePass
 
     return {NormalizeTransposePass: False, ReplaceBrokenOpsWithFunctionalOpsPass: False, ScalarToTensorPass: False,
-            SymToTensorPass: True, RemoveMixedTypeOperators: True, OpReplacePass: False, MemoryFormatOpsPass: False}
+            SymToTensorPass: True, RemoveMixedTypeOperators: True, OpReplacePass: False, MemoryFormatOpsPass: False,
+            _view_copy_pass_class(): False}
+
+
+@functools.cache
+def _view_copy_pass_class() -> type:
+    """torch's ``ReplaceViewOpsWithViewCopyOpsPass`` (torch/_export/passes/), the same ``call_operator`` rewrite, on
+    ExecuTorch's ``ExportPass``: torch's pass has its own retrace base, so it could not join a fused group."""
+    from executorch.exir.pass_base import ExportPass
+    from torch._export.passes import replace_view_ops_with_view_copy_ops_pass as views
+    from torch._ops import HigherOrderOperator
+
+    class ViewCopyPass(ExportPass):
+        def call_operator(self, op, args, kwargs, meta):
+            if op in views._NON_FUNCTIONAL_OPS_TO_FUNCTIONAL_OPS:
+                op = views._NON_FUNCTIONAL_OPS_TO_FUNCTIONAL_OPS[op]
+            elif not isinstance(op, HigherOrderOperator):
+                op = views.get_view_copy_of_view_op(op._schema) or op
+            return super().call_operator(op, args, kwargs, meta)
+
+    return ViewCopyPass
 
 
 def fuse_operator_passes(passes: list, operator_passes: dict[type, bool]) -> list:
@@ -104,13 +126,15 @@ def fuse_operator_passes(passes: list, operator_passes: dict[type, bool]) -> lis
 
 @register_patch("executorch", "executorch.exir.program._program._generate_edge_program", requires=EXECUTORCH_RANGE)
 def _patch_fused_edge_passes(original):
-    """Pattern: ``to_edge`` runs 13 passes; 9 are ``ExportPass``es that each retrace the whole graph on fake tensors,
-    and seven of those only rewrite one operator call at a time (:func:`_operator_pass_classes`).
+    """Pattern: ``to_edge`` runs 13 passes; 9 retrace the whole graph on fake tensors, and eight of those only rewrite
+    one operator call at a time (:func:`_operator_pass_classes`).
 
     Rewrite: ExecuTorch 1.4/1.5's ``_generate_edge_program`` (executorch/exir/program/_program.py) with its pass list
-    put through :func:`fuse_operator_passes`: NormalizeTranspose, ReplaceBrokenOps and ScalarToTensor retrace once
-    together, RemoveMixedTypeOperators, OpReplace and MemoryFormatOps once together. Four retraces fewer, the same
-    ``.pte`` bytes. Not an upstream bug: a cost of the pass design, worth an upstream proposal."""
+    put through :func:`fuse_operator_passes`: ReplaceViewOps (on ExecuTorch's pass base, after ReplaceSymSizeOp, which
+    it commutes with), NormalizeTranspose, ReplaceBrokenOps and ScalarToTensor retrace once together,
+    RemoveMixedTypeOperators, OpReplace and MemoryFormatOps once together. Five retraces fewer, the same ``.pte`` bytes.
+    Not an upstream bug: a cost of the pass design, worth an upstream proposal."""
+    from executorch.exir.passes.replace_sym_size_op_pass import ReplaceSymSizeOpPass
     from executorch.exir.program import _program as steps
 
     operator_passes = _operator_pass_classes()
@@ -118,8 +142,10 @@ def _patch_fused_edge_passes(original):
     def generate_edge_program(config, program, core_aten_ops_exception_list=None, preserve_ops=None):
         program = steps.remove_unused_parameters_pass(program)
         pre_op_replace_passes, post_op_replace_passes = steps._get_aten_to_edge_passes(config)
-        passes = [steps.RemoveNonCoreAtenOpGraphAssertsPass(), steps.ReplaceViewOpsWithViewCopyOpsPass(),
-                  *pre_op_replace_passes, steps.OpReplacePass()]
+        # ReplaceSymSizeOp edits sym_size nodes' targets only; the views' pass then joins the operator passes after it
+        head = [p for p in pre_op_replace_passes[:1] if type(getattr(p, "__wrapped__", p)) is ReplaceSymSizeOpPass]
+        passes = [steps.RemoveNonCoreAtenOpGraphAssertsPass(), *head, _view_copy_pass_class()(),
+                  *pre_op_replace_passes[len(head):], steps.OpReplacePass()]
         if not config._skip_dim_order:
             passes.append(steps.MemoryFormatOpsPass())
         gm = program.graph_module

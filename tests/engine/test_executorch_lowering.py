@@ -119,10 +119,11 @@ def test_a_kept_node_the_partitioner_does_not_take_is_decomposed_while_lowering(
     assert torch.ops.aten.linear.default not in trace_table([XnnpackPartitioner()])
 
 
-def test_the_ops_an_fx_fix_rewrites_are_traced_whole_and_decomposed_after_it(monkeypatch):
-    """``new_empty`` of a symbolic size is rewritten by an ExecuTorch FX fix (a zero-filled allocation), which must
-    see it: the single trace keeps the ops the fixes declare (``fixed_ops``) whole, and the fix's ``new_zeros``, an
-    op the table decomposes, sends the program through the lowering's decomposition. Outputs as eager's."""
+def test_the_ops_an_fx_fix_rewrites_are_traced_whole_and_left_decomposed_by_it(monkeypatch):
+    """``new_empty`` is rewritten by an ExecuTorch FX fix (a zero-filled allocation where its size is symbolic), which
+    must see it: the single trace keeps the ops the fixes declare (``fixed_ops``) whole, and the fix writes what the
+    table decomposes to (``full``; a static ``new_empty``'s ``empty``), so the lowering needs no decomposition
+    retrace. Outputs as eager's."""
     import torch
 
     from engine.executorch_lowering import trace_table
@@ -133,7 +134,9 @@ def test_the_ops_an_fx_fix_rewrites_are_traced_whole_and_decomposed_after_it(mon
             out = a.new_empty(a.shape[0], a.shape[1], a.shape[2] + b.shape[2])
             out[..., : a.shape[2]] = a
             out[..., a.shape[2]:] = b
-            return out * 2
+            table = a.new_empty(3, 2)  # static
+            table.fill_(1.5)
+            return out * 2, table
 
     import engine.patches.executorch_nodes  # noqa: F401
     import engine.patches.executorch  # noqa: F401  (registers the fixes)
@@ -144,8 +147,10 @@ def test_the_ops_an_fx_fix_rewrites_are_traced_whole_and_decomposed_after_it(mon
     assert torch.ops.aten.new_empty.default not in trace_table([XnnpackPartitioner()])
     inputs = {"a": torch.randn(2, 5, 3), "b": torch.randn(2, 5, 4)}
     manager, retraces = _export_counting_decompositions(monkeypatch, HalvesFilledInPlace(), inputs, single_trace=True)
-    assert retraces == 1
-    torch.testing.assert_close(next(iter(_outputs(manager, inputs).values())), HalvesFilledInPlace()(**inputs))
+    assert retraces == 0
+    outputs = list(_outputs(manager, inputs).values())
+    for got, expected in zip(outputs, HalvesFilledInPlace()(**inputs), strict=True):
+        torch.testing.assert_close(got, expected)
 
 
 def test_a_single_trace_with_a_data_dependent_size_is_decomposed_while_lowering(monkeypatch):

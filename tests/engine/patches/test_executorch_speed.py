@@ -82,20 +82,21 @@ def test_edge_operator_passes_fuse_in_order_and_a_re_entering_pass_starts_a_grou
     from executorch.exir.passes.remove_mixed_type_operators import RemoveMixedTypeOperators
     from executorch.exir.passes.replace_aten_with_edge_pass import OpReplacePass
 
-    from engine.patches.executorch_speed import _operator_pass_classes, fuse_operator_passes
+    from engine.patches.executorch_speed import _operator_pass_classes, _view_copy_pass_class, fuse_operator_passes
 
-    passes = [*base_pre_op_replace_passes, RemoveMixedTypeOperators(), OpReplacePass(), MemoryFormatOpsPass()]
+    passes = [base_pre_op_replace_passes[0], _view_copy_pass_class()(), *base_pre_op_replace_passes[1:],
+              RemoveMixedTypeOperators(), OpReplacePass(), MemoryFormatOpsPass()]
     fused = fuse_operator_passes(passes, _operator_pass_classes())
     names = [type(getattr(p, "__wrapped__", p)).__name__ for p in fused]
     assert names == [
         "ReplaceSymSizeOpPass",
-        "NormalizeTransposePass+ReplaceBrokenOpsWithFunctionalOpsPass+ScalarToTensorPass",
+        "ViewCopyPass+NormalizeTransposePass+ReplaceBrokenOpsWithFunctionalOpsPass+ScalarToTensorPass",
         "SymToTensorPass",  # re-enters self.call_operator: starts a group, and the next pass is not an operator pass
         "RemoveNoopPass", "PruneEmptyTensorsPass", "RemoveToCopyPass",
         "FoldRedundantDequantizeQuantizePass",  # (new in executorch 1.5) not an operator pass
         "RemoveMixedTypeOperators+OpReplacePass+MemoryFormatOpsPass",
     ]
-    assert fused[0] is passes[0] and fused[3] is passes[5]  # the others keep their pass manager wrapper
+    assert fused[0] is passes[0] and fused[3] is passes[6]  # the others keep their pass manager wrapper
 
 
 @pytest.mark.parametrize(
