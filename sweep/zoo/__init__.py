@@ -28,6 +28,7 @@ Map (lower layers first; a module imports only modules above it in this list):
 - ``input_lessons``: a forward error (or a forward that ran) -> the :class:`Hints` for the next candidate inputs.
 - ``timm_towers``: a timm tower a config names, shrunk through its ``model_args``.
 - ``shrink_rules``: the per-node shrinking rules, one named function per pattern, in :data:`RULES` order.
+- ``layer_counts``: how few layers a stack keeps, and the per-layer fields that follow a new count.
 - ``shrink``: the shrinking pipeline (:func:`shrink_config`) over the whole config tree.
 - ``completion``: a contributor's own config completed (unset fields filled, no size changed).
 - ``inputs``: candidate input dicts for a model's forward.

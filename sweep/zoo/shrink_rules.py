@@ -19,8 +19,10 @@ from sweep.zoo.fields import (AUDIO_POSITIONS, CHANNEL_LISTS, CONTEXT_PATCHES, D
                               KV_HEAD_COUNTS, LAYER_COUNTS, LAYER_INDEX_FIELDS, LOW_RANKS, MAX_KEYPOINTS, MAX_QUERIES,
                               MAX_SINKHORN, MAX_FRAMES, OTHER_LAYER_COUNTS, PASS_COUNTS, POSITIONS, PRIMARY_WIDTHS,
                               QUERY_COUNTS, ROPE_HEAD_DIMS, SHARED_EXPERTS, SMALL_STATE, STAGE_BLOCK_COUNTS, STATE_SIZES,
-                              VOCABS, WIDE, ZERO_EXPERTS, hashable, int_list, is_int, is_intermediate_name,
+                              VOCABS, WIDE, ZERO_EXPERTS, int_list, is_int, is_intermediate_name,
                               is_token_field, is_width_name, primary_width, proportional, resample_pattern)
+from sweep.zoo.layer_counts import (keep_kv_sharing, layer_sections, min_layers, rederived_per_layer,
+                                    remap_layer_indices, shrink_layer_type_list, shrink_periods)
 from sweep.zoo.profiles import Profile
 
 
@@ -209,6 +211,7 @@ def shrink_layers(s: NodeShrink) -> None:
             args[key] = list(derived)
     old_layers = next((args[k] for k in LAYER_COUNTS if is_int(args.get(k)) and args[k] > 0), None)
     if not old_layers:
+        shrink_layer_type_list(node, args, s.profile)
         return
     need = min_layers(node, s.profile, old_layers)
     target = min(old_layers, need)
@@ -216,18 +219,18 @@ def shrink_layers(s: NodeShrink) -> None:
         if is_int(args.get(key)) and args[key] > need:
             args[key] = need
     if target < old_layers:
-        for key in _layer_sections(node, old_layers):
+        for key in layer_sections(node, old_layers):
             args[key] = 1
     for key, value in list(args.items()):
         if (isinstance(value, (list, tuple)) and len(value) == old_layers and old_layers > target
                 and key not in CHANNEL_LISTS):
             args[key] = type(value)(resample_pattern(list(value), target))
     for key, pattern in node.derived_patterns.items():  # per-layer counts and indices are re-derived
-        if args.get(key) is None and len(pattern) == old_layers and not _rederived_per_layer(pattern):
+        if args.get(key) is None and len(pattern) == old_layers and not rederived_per_layer(pattern):
             args[key] = resample_pattern(list(pattern), target)
-    _remap_layer_indices(node, old_layers, target)
-    _shrink_periods(node, target)
-    _keep_kv_sharing(node)
+    remap_layer_indices(node, old_layers, target)
+    shrink_periods(node, target)
+    keep_kv_sharing(node)
 
 
 def cap_other_stacks(s: NodeShrink) -> None:
@@ -338,113 +341,6 @@ def scale_channel_list(values: list[int], divisor: float, minimum: int) -> list[
     """Divide channel counts, rounding up to multiples of ``minimum``; counts below it (RGB inputs) stay."""
     step = minimum
     return [v if v < minimum else max(minimum, int(math.ceil(v / divisor / step)) * step) for v in values]
-
-
-def min_layers(node: Node, profile: Profile, old_layers: int) -> int:
-    """The smallest layer count that keeps every layer type and every referenced layer index."""
-    need = profile.layers
-    for key, value in node.args.items():
-        if isinstance(value, (list, tuple)) and len(value) == old_layers and old_layers > 1 and not int_list(value):
-            need = max(need, len({hashable(v) for v in value}))
-        if key in DEPTH_LISTS and int_list(value) and len(value) == old_layers:
-            need = max(need, old_layers)  # the "layers" are stages, one entry of each per-stage list each
-        if key in LAYER_INDEX_FIELDS:
-            values = value if isinstance(value, (list, tuple)) else [value]
-            flat = [v for v in values if is_int(v)]
-            positives = [v for v in flat if v >= 0]
-            negatives = [-v for v in flat if v < 0]
-            if positives and not _every_layer(positives, old_layers):  # remapped onto the last layers: one each
-                need = max(need, len(set(positives)))
-            if negatives:
-                need = max(need, max(negatives))
-        if (isinstance(value, (list, tuple)) and 1 < len(value) < old_layers and not int_list(value)
-                and all(isinstance(v, str) for v in value)):
-            # a cycle of block types repeated over the layers: keep every type's first position
-            firsts = {v: value.index(v) for v in value}
-            need = max(need, max(firsts.values()) + 1)
-    for pattern in node.derived_patterns.values():
-        if _rederived_per_layer(pattern):
-            continue
-        need = max(need, len({hashable(v) for v in pattern}))
-    sections = _layer_sections(node, old_layers)
-    if sections:
-        need = max(need, len(sections) + 1)  # one layer per section and one for the derived remainder
-    return need
-
-
-def _layer_sections(node: Node, old_layers: int) -> list[str]:
-    """Section counts of a layer stack whose remainder the config derives: Dory gives ``n_input_layers`` and
-    ``n_output_layers`` (8 each of 36) and derives ``n_recurrent_layers`` as the total minus both, so a stack
-    shrunk to 2 layers with its sections kept derives -14 recurrent layers and runs its layers twice. The sections
-    shrink to one layer each, and the stack keeps one more for the remainder."""
-    if not any(key.endswith("_layers") and node.args.get(key) is None for key in node.fields):
-        return []
-    sections = [key for key, value in node.args.items()
-                if key.endswith("_layers") and key not in LAYER_COUNTS and key not in OTHER_LAYER_COUNTS
-                and is_int(value) and 0 < value < old_layers]
-    return sections if sum(node.args[key] for key in sections) < old_layers else []
-
-
-def _rederived_per_layer(pattern: Any) -> bool:
-    """A derived per-layer list of counts or layer indices (not a 0/1 flag pattern): ``__post_init__`` derives it
-    again for the new layer count, so it neither pins the count nor is resampled."""
-    return int_list(pattern) and not set(pattern) <= {0, 1}
-
-
-def _every_layer(indices: list[int], layers: int) -> bool:
-    """An index list naming every layer (Llama 4's ``moe_layers``): it means "all", whatever the count."""
-    return layers > 1 and set(indices) == set(range(layers))
-
-
-def _keep_kv_sharing(node: Node) -> None:
-    """Layers that reuse another layer's KV cache (Gemma 3n): every layer type keeps one producing layer
-    and one sharing layer, so the layer count is twice the number of types and the last half shares."""
-    args = node.args
-    shared = args.get("num_kv_shared_layers")
-    layers_key = next((k for k in LAYER_COUNTS if is_int(args.get(k))), None)
-    if not is_int(shared) or shared <= 0 or layers_key is None:
-        return
-    pattern = args.get("layer_types") or node.derived_patterns.get("layer_types") or []
-    types = list(dict.fromkeys(pattern)) or ["full_attention"]
-    before, after = args[layers_key], 2 * len(types)
-    for key, value in list(args.items()):  # other per-layer lists follow the new count
-        if isinstance(value, (list, tuple)) and len(value) == before and key != "layer_types":
-            args[key] = type(value)((list(value) * after)[:after])
-    args[layers_key] = after
-    args["layer_types"] = types * 2
-    args["num_kv_shared_layers"] = len(types)
-
-
-def _shrink_periods(node: Node, layers: int) -> None:
-    """Every-k-th-layer patterns (``attn_layer_period`` / ``attn_layer_offset``) still hit a layer."""
-    for key in [k for k in node.args if k.endswith("_period")]:
-        period = node.args.get(key)
-        offset_key = key[: -len("_period")] + "_offset"
-        if is_int(period) and period > layers:
-            node.args[key] = layers
-        offset = node.args.get(offset_key)
-        if is_int(offset) and is_int(node.args.get(key)) and offset >= node.args[key]:
-            node.args[offset_key] = node.args[key] - 1
-
-
-def _remap_layer_indices(node: Node, old_layers: int, layers: int) -> None:
-    """Non-negative layer indices move onto the last layers, in order (negative ones count from the end)."""
-    for key in LAYER_INDEX_FIELDS:
-        value = node.args.get(key)
-        values = list(value) if isinstance(value, (list, tuple)) else [value]
-        positives = sorted({v for v in values if is_int(v) and v >= 0})
-        if not positives or max(positives) < layers:
-            continue
-        if _every_layer(positives, old_layers):
-            node.args[key] = type(value)(range(layers))
-            continue
-        one_based = key == "out_indices" or max(positives) == old_layers  # hidden states include the embeddings
-        top = layers + 1 if one_based else layers
-        mapping = {old: top - len(positives) + i for i, old in enumerate(positives)}
-        new = [mapping.get(v, v) if is_int(v) else v for v in values]
-        node.args[key] = type(value)(new) if isinstance(value, (list, tuple)) else new[0]
-        if key == "out_indices" and node.args.get("out_features") is not None:
-            node.args["out_features"] = None  # re-derived from the remapped indices
 
 
 def _cap(args: dict, keys: tuple[str, ...], limit: int) -> None:

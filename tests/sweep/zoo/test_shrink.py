@@ -227,6 +227,20 @@ def test_layer_type_lists_match_the_layer_count(source):
     assert set(config.layer_types) == set(source.layer_types)
 
 
+@SETTINGS
+@given(st.text(alphabet="ME*-", min_size=2, max_size=60))
+def test_a_stack_counted_by_its_layer_types_keeps_one_layer_of_each(pattern):
+    """NemotronH's stack is its ``layers_block_type`` (from ``hybrid_override_pattern``; ``num_hidden_layers`` is
+    unset): it keeps one layer of each type, first seen first (Nemotron3.5-Transcribe's 52 layers became 3)."""
+    from transformers import NemotronHConfig
+
+    source = NemotronHConfig(hybrid_override_pattern=pattern)
+    config = shrink.shrink_config(type(source), base=source)
+    types = list(dict.fromkeys(source.layers_block_type))
+    assert config.layers_block_type[: len(types)] == types
+    assert len(config.layers_block_type) == min(len(source.layers_block_type), max(len(types), TINY.layers))
+
+
 @st.composite
 def qwen2vl_text_like(draw):
     heads = draw(st.sampled_from([4, 8, 16, 28]))
