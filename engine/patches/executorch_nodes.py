@@ -26,13 +26,12 @@ _ZEROED = (torch.ops.aten.new_empty.default, torch.ops.aten.empty.memory_format,
 def _fix_symbolic_empty_as_zeros(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Make an uninitialised allocation of a symbolic size (``new_empty``, ``empty_like``) a zero-filled one.
 
-    Pattern: DeepSeek-V3's latent attention (and copies) builds its keys with ``kv_nope.new_empty(...)``, filled in
-    place. ExecuTorch's ``dim_order_ops._empty_dim_order`` (from ``aten.empty.memory_format``) takes ``int[] size``, not
-    ``SymInt[]``, pinning batch and sequence to their traced values. Rewrite: ``full(size, 0)`` (``full_like`` for
-    ``empty_like``), what ExecuTorch's table decomposes ``new_zeros``/``zeros_like`` to, so the single trace needs no
-    decomposition retrace; ``empty``'s contents are undefined, so zeros are valid. A static ``new_empty`` becomes the
-    table's ``empty``; other static allocations are left alone.
-    Upstream: no issue found for ``_empty_dim_order``'s ``int[]`` schema (exir/passes/dim_order_ops_registry.py) (TODO)."""
+    Pattern: DeepSeek-V3's attention makes its keys with ``kv_nope.new_empty(...)``, filled in place;
+    ExecuTorch's ``_empty_dim_order`` takes ``int[] size``, pinning batch and length to their traced values.
+    Rewrite: ``full(size, 0)`` (``full_like`` for ``empty_like``), ExecuTorch's table's form of zeros, so the
+    single trace needs no decomposition retrace; ``empty``'s contents are undefined, so zeros are valid. A static
+    ``new_empty`` becomes the table's ``empty``; other static allocations stay. Upstream: no issue found for
+    ``_empty_dim_order``'s ``int[]`` schema (TODO)."""
     val = node.meta.get("val")
     if node.op != "call_function" or node.target not in _ZEROED or not isinstance(val, torch.Tensor):
         return False
