@@ -37,7 +37,7 @@ def _fix_symbolic_empty_as_zeros(gm: torch.fx.GraphModule, node: torch.fx.Node) 
         return False
     kwargs = {"dtype": val.dtype, "layout": torch.strided, "device": val.device, "pin_memory": False}
     if not any(free_symbols(d) for d in val.shape):
-        if node.target is not torch.ops.aten.new_empty.default or node.kwargs.get("memory_format") is not None:
+        if node.target is not torch.ops.aten.new_empty.default:  # (new_empty has no memory_format)
             return False
         return replace_node(gm, node, torch.ops.aten.empty.memory_format, (node.args[1],), kwargs)
     memory_format = node.kwargs.get("memory_format")
