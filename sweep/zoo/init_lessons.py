@@ -1,7 +1,7 @@
 """Lessons from a model's ``__init__`` error: the nested config overrides that answer it.
 
 :func:`learn_from_init_error` returns them: an undeclared attribute, a None field the code reads, a flag the class
-needs (:func:`required_flag`, also read from the warning a head class logs), head counts that must divide a width,
+needs (:func:`required_flag`, also read from the warning a head class logs), head or group counts that must divide a width,
 a multimodal RoPE section list the code assumes. None when the error teaches nothing; the caller then reports it as
 it is. Applied on rebuild by :mod:`sweep.zoo.build` and :mod:`sweep.zoo.completion`; the values a fix fills in come
 from :mod:`sweep.zoo.repairs`, the failing frames from :mod:`sweep.zoo.frames`.
@@ -18,13 +18,13 @@ import re
 from transformers import PreTrainedConfig
 
 from sweep.zoo import repairs
-from sweep.zoo.fields import HEAD_COUNTS, proportional
+from sweep.zoo.fields import HEAD_COUNTS, KV_HEAD_COUNTS, proportional
 from sweep.zoo.frames import failing_statements
 from sweep.zoo.profiles import Profile
 
 _FLAG = re.compile(r"`(\w+)\s*=\s*(True|False)\.?`")
 _ENCODER_ONLY = re.compile(r"encoder-only", re.IGNORECASE)
-_DIVISIBLE = re.compile(r"\((\d+)\) must be divisible by (\w*heads\w*) \((\d+)\)")
+_DIVISIBLE = re.compile(r"\((\d+)\) must be divisible by (\w*(?:heads|groups)\w*) \((\d+)\)")
 _CONFIG_READ = re.compile(r"\bconfig\.(\w+)")
 _LOCAL_FROM_CONFIG = re.compile(r"^\s*(\w+)\s*=\s*config\.(\w+)\s*$", re.MULTILINE)
 _NONE_ERROR = re.compile(r"NoneType|not subscriptable|has no len")
@@ -121,15 +121,20 @@ def required_flag(message: str, config) -> dict | None:
 
 
 def _heads_divide(exc: BaseException, config) -> dict | None:
+    """A head count, or a GroupNorm's group count (Bit's num_groups=32 over 8 channels), that must divide a width
+    the zoo shrank: every such count of that value becomes its greatest common divisor with the width."""
     found = _DIVISIBLE.search(str(exc))
     if not found:
         return None
-    channels, heads = int(found.group(1)), int(found.group(3))
-    new = math.gcd(channels, heads)
+    channels, count = int(found.group(1)), int(found.group(3))
+    groups = "groups" in found.group(2)
+    new = math.gcd(channels, count)
     out: dict = {}
     for path, obj in repairs.config_paths(config):
         fields = {f.name for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else set(vars(obj))
         for key in fields:
-            if (key in HEAD_COUNTS or key.endswith("_heads")) and repairs.attr(obj, key) == heads:
+            named = (key.endswith("groups") and key not in KV_HEAD_COUNTS) if groups else (
+                key in HEAD_COUNTS or key.endswith("_heads"))
+            if named and repairs.attr(obj, key) == count:
                 out = repairs.merge(out, repairs.nested(path, key, new))
     return out or None

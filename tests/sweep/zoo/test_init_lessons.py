@@ -4,7 +4,7 @@ yields, and an error that matches no lesson yielding nothing."""
 from __future__ import annotations
 
 import pytest
-from transformers import BertConfig, T5Config
+from transformers import BertConfig, BitConfig, T5Config
 
 from sweep.zoo import init_lessons
 from sweep.zoo.profiles import PROFILES
@@ -18,7 +18,10 @@ TINY = PROFILES[0]
     ("T5EncoderModel supports encoder-only configs", T5Config(), {"is_encoder_decoder": False}),
     ("qk_channels (261) must be divisible by num_heads (4)", BertConfig(num_attention_heads=4),
      {"num_attention_heads": 1}),
-], ids=["flag", "encoder-only", "heads-divide"])
+    # GroupNorm over Bit's shrunk stem: the group count follows the width, the head counts stay
+    ("num_channels (8) must be divisible by num_groups (32)", BitConfig(num_groups=32, embedding_size=8),
+     {"num_groups": 8}),
+], ids=["flag", "encoder-only", "heads-divide", "groups-divide"])
 def test_an_init_error_message_yields_its_config_override(message, config, fix):
     assert init_lessons.learn_from_init_error(raised(ValueError(message)), config, TINY) == fix
 
