@@ -53,6 +53,7 @@ class Hints:
     extra: tuple[str, ...] = ()  # optional forward parameters the forward turned out to need (see _add_extra)
     tokens: tuple[int, ...] = ()  # special tokens every row must hold ("at least one question token")
     no_cache: bool = False  # the forward failed building its KV cache: run it with use_cache=False
+    bool_masks: tuple[str, ...] = ()  # 0/1 mask inputs the model negates or fills with: given as booleans
 
 
 def forward_parameters(model: torch.nn.Module) -> dict[str, inspect.Parameter]:

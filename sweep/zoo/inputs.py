@@ -80,6 +80,9 @@ def _learned(candidate: dict[str, Any], hints: Hints, gen: torch.Generator) -> d
             else:
                 top = max(1, int(value.max()) + 1) if value.numel() else 1
                 out[name] = torch.randint(0, hints.bounds.get(name, top), shape, generator=gen)
+    for name in hints.bool_masks:
+        if isinstance(out.get(name), torch.Tensor):
+            out[name] = out[name].bool()
     for name, bound in hints.bounds.items():
         value = out.get(name)
         if isinstance(value, torch.Tensor) and not value.is_floating_point() and value.numel() and int(

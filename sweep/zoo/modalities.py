@@ -83,7 +83,7 @@ def mm_token_type_ids(ctx: Context) -> torch.Tensor | None:
 
 def _guess_image_tokens(ctx: Context) -> int:
     for key in ("mm_tokens_per_image", "image_seq_length", "num_image_tokens", "image_token_count",
-                "num_query_tokens", "tokens_per_image"):
+                "num_query_tokens", "tokens_per_image", "vision_soft_tokens_per_image"):
         value = ctx.find(key)
         if isinstance(value, int) and value > 0:
             return value
@@ -278,7 +278,7 @@ def image_sizes(ctx: Context) -> torch.Tensor:
 
 def _mel_bins(ctx: Context) -> int:
     return ctx.find("num_mel_bins", "feature_size", "n_mels", "input_feat_per_channel", "num_mel_filters",
-                    default=80)
+                    "input_feat_size", default=80)
 
 
 def audio_frames(ctx: Context) -> int:

@@ -52,7 +52,7 @@ def shrink_config(config_class: type, profile: Profile = PROFILES[0], overrides:
     #     error, ``sweep.zoo.implicit_default_lessons.implicit_default_from_error``), applied after the generic
     #     rescaling, with vocabularies raised and projection widths matched as they ask.
     # 11. Overrides: the per-model overrides of ``sweep/zoo/data/overrides.yaml``.
-    # 11b. timm towers a config names (``TimmWrapperConfig``) shrink through their ``model_args``
+    # 11b. timm towers a config names (an ``architecture`` with ``model_args``) shrink through those ``model_args``
     #      (``sweep.zoo.timm_towers``), after the overrides (which may name the architecture); the config's
     #      ``hidden_size`` becomes the tower's width and lists of its feature channels follow the new ones.
     # 12. Build: sub-configs first, through the config classes' own validation; an equality, layer-index or
@@ -301,8 +301,8 @@ def _shrink_timm_towers(root: Node, profile: Profile) -> None:
     shrunk: list[Node] = []
     for node in root.walk():
         architecture = node.args.get("architecture")
-        if node.cls.__name__ != "TimmWrapperConfig" or not isinstance(architecture, str):
-            continue
+        if not isinstance(architecture, str) or "model_args" not in node.fields:
+            continue  # a timm tower by name: TimmWrapperConfig, Gemma3nVisionConfig
         given = dict(node.args.get("model_args") or {})
         try:
             args = timm_towers.shrunk_model_args(architecture, profile, given)

@@ -1,12 +1,15 @@
-"""Shrinking a timm tower that a config names (``TimmWrapperConfig.architecture`` plus its ``model_args``).
+"""Shrinking a timm tower that a config names (an ``architecture`` plus its ``model_args``: ``TimmWrapperConfig``,
+``Gemma3nVisionConfig``).
 
-FastVLM, PE video, PerceptionLM and EdgeTAM take their vision tower from timm by name, and ``model_args`` is passed
+FastVLM, PE video, PerceptionLM, EdgeTAM and Gemma 3n take their vision tower from timm by name, and ``model_args`` is passed
 to ``timm.create_model``: the zoo's width rules shrink the transformers config around the tower while the tower is
 built at its published width (FastVLM's projector then takes 32 features and gets 3072; PE video's ViT asserts its
 336-pixel input). timm builds every architecture as ``build_model_with_cfg(ModelClass, variant, pretrained,
 **kwargs)``; the zoo records those keyword arguments (the architecture's own depths and widths) and overrides the
 ones it knows by name (:data:`_INT_RULES`, :data:`_TUPLE_RULES`): stage depths to one block, widths to the
-profile's, heads to two, the image side and patch to the zoo's image. Feature channels are read from towers built
+profile's, heads to two, the image side and patch to the zoo's image, and a decoded ``block_args`` table (the
+EfficientNet/MobileNet family, where the architecture is that table) to one block of each type per stage
+(:func:`_shrunk_block_args`). Feature channels are read from towers built
 on the meta device (no weights), so parent configs that list the tower's channels follow the new ones (the
 shrinker's channel maps).
 """
@@ -14,6 +17,7 @@ shrinker's channel maps).
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
 import inspect
@@ -25,6 +29,7 @@ from sweep.zoo.profiles import Profile
 _INT_RULES = {
     "embed_dim": lambda p: p.width, "depth": lambda p: 1, "num_heads": lambda p: 2, "attn_pool_num_heads": lambda p: 2,
     "stem_width": lambda p: p.width // 2, "base_width": lambda p: p.width,
+    "msfa_output_resolution": lambda p: p.image_grid,  # MobileNetV5's tokens per image side, as the zoo's patch grid
 }
 #: builder keyword -> what each entry of a tuple value becomes (stage depths, stage widths)
 _TUPLE_RULES = {
@@ -86,12 +91,40 @@ def shrunk_model_args(architecture: str, profile: Profile, given: dict[str, Any]
         elif isinstance(value, (tuple, list)) and value and all(isinstance(v, int) for v in value) \
                 and key in _TUPLE_RULES:
             args[key] = tuple(_TUPLE_RULES[key](profile) for _ in value)
+    if _is_block_table(built.get("block_args")):
+        args["block_args"] = _shrunk_block_args(built["block_args"], profile)
     if isinstance(built.get("patch_size"), int):  # a ViT: the zoo's image side in its patch grid
         side = profile.conv_image_size
         args.update(img_size=side, patch_size=side // profile.image_grid)
         if "ref_feat_shape" in built:
             args["ref_feat_shape"] = (profile.image_grid, profile.image_grid)
     return args
+
+
+def _is_block_table(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(
+        isinstance(stage, (list, tuple)) and stage and all(isinstance(b, dict) and "block_type" in b for b in stage)
+        for stage in value)
+
+
+def _shrunk_block_args(stages: list[list[dict]], profile: Profile) -> list[list[dict]]:
+    """Per stage: its first block (which carries the stride), the first block of each other type, and its last
+    block when that is of another type than the last one kept (a MobileNetV5 stage ends on a conv block, whose
+    channels timm reads as the stage's feature channels); widths to the profile's, attention to two heads."""
+    shrunk = []
+    for stage in stages:
+        kept: list[dict] = []
+        for i, block in enumerate(stage):
+            new_type = all(block["block_type"] != k["block_type"] for k in kept)
+            ends_on_other = bool(kept) and i == len(stage) - 1 and block["block_type"] != kept[-1]["block_type"]
+            if new_type or ends_on_other:
+                kept.append(dict(block))
+        for block in kept:
+            block["out_chs"] = profile.width
+            if "num_heads" in block:
+                block.update(num_heads=2, **{k: profile.width // 2 for k in ("key_dim", "value_dim") if k in block})
+        shrunk.append(kept)
+    return shrunk
 
 
 def feature_channels(architecture: str, model_args: dict[str, Any] | None = None) -> list[int]:
@@ -102,8 +135,8 @@ def feature_channels(architecture: str, model_args: dict[str, Any] | None = None
     model_args = dict(model_args or {})
     key = (architecture, repr(sorted(model_args.items())))
     if key not in _CHANNELS:
-        with torch.device("meta"):
-            model = timm.create_model(architecture, pretrained=False, **model_args)
+        with torch.device("meta"):  # a copy: timm's block builder pops keys from a block_args table's dicts
+            model = timm.create_model(architecture, pretrained=False, **copy.deepcopy(model_args))
         info = getattr(model, "feature_info", None)
         if info is not None and hasattr(info, "channels") and model_args.get("features_only"):
             _CHANNELS[key] = list(info.channels())

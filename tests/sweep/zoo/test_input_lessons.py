@@ -71,3 +71,14 @@ def test_a_forward_error_no_lesson_knows_leaves_the_hints_alone():
     hints = Hints()
     assert not input_lessons.refine_hints(hints, raised(ValueError(UNRELATED)), {"input_ids": torch.zeros(2, 3)})
     assert hints == Hints()
+
+
+def test_a_mask_the_model_fills_with_is_given_as_booleans():
+    # Gemma 3n negates input_features_mask (``~mask`` of ones is -2, not a mask) and fills with it
+    mask, text_mask = torch.ones(2, 5, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)
+    hints = Hints()
+    failing = raised_by(lambda m: torch.zeros(2, 5).masked_fill(~m, 0.0), mask)
+    candidate = {"input_features_mask": mask, "attention_mask": text_mask}
+    assert input_lessons.refine_hints(hints, failing, candidate)
+    assert hints.bool_masks == ("input_features_mask",)  # the text attention mask stays a count mask
+    assert not input_lessons.refine_hints(hints, failing, candidate)  # learned once

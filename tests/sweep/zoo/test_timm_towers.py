@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sweep.zoo import build, timm_towers
 from sweep.zoo.profiles import PROFILES
@@ -56,3 +58,30 @@ def test_the_timm_step_leaves_a_config_without_a_timm_tower_as_it_was(monkeypatc
     with_step = shrink.shrink_config(config_class, TINY).to_dict()
     monkeypatch.setattr(shrink, "_shrink_timm_towers", lambda root, profile: None)
     assert shrink.shrink_config(config_class, TINY).to_dict() == with_step
+
+
+_BLOCK_TYPES = ("er", "uir", "mqa")
+
+
+@given(st.lists(st.lists(st.sampled_from(_BLOCK_TYPES), min_size=1, max_size=12), min_size=1, max_size=5))
+def test_a_block_table_keeps_each_stages_first_block_every_type_and_its_ending(stage_types):
+    # MobileNetV5 (Gemma 3n's tower) is a decoded block table: 84 blocks at up to 1280 channels
+    stages = [[{"block_type": t, "out_chs": 640, "stride": 2 if i == 0 else 1, **(
+        {"num_heads": 12, "key_dim": 64, "value_dim": 64} if t == "mqa" else {})} for i, t in enumerate(types)]
+        for types in stage_types]
+    shrunk = timm_towers._shrunk_block_args(stages, TINY)
+    for old, new in zip(stages, shrunk, strict=True):
+        assert new[0]["stride"] == old[0]["stride"] and new[0]["block_type"] == old[0]["block_type"]
+        assert [b["block_type"] for b in new[:-1]] == list(dict.fromkeys(b["block_type"] for b in old))[:len(new) - 1]
+        assert {b["block_type"] for b in new} == {b["block_type"] for b in old}
+        assert new[-1]["block_type"] == old[-1]["block_type"] and len(new) <= len(_BLOCK_TYPES) + 1
+        assert all(b["out_chs"] == TINY.width and b.get("num_heads", 2) == 2 for b in new)
+    assert stages[0][0]["out_chs"] == 640  # the published table is not modified
+
+
+def test_gemma3n_builds_its_mobilenet_tower_at_the_tiny_width():
+    # the tower was built at its published width: "shape '[2, 32, 256]' is invalid for input of size 1048576"
+    args = timm_towers.shrunk_model_args("mobilenetv5_300m_enc", TINY)
+    assert [len(stage) for stage in args["block_args"]] == [1, 1, 3, 3]
+    assert args["msfa_output_resolution"] == TINY.image_grid
+    assert timm_towers.feature_channels("mobilenetv5_300m_enc", args) == [2048]  # MobileNetV5's fixed output width
