@@ -90,9 +90,26 @@ _SCATTER = re.compile(r"shape mismatch: value tensor of shape \[(\d+), (?:\d+, )
                       r"indexing result of shape \[(\d+), \2\]")
 
 
+_BOOL_MASK = re.compile(r"masked_fill_? only supports boolean masks")
+#: integer masks models read as counts and convert themselves, which stay integers
+_COUNTED_MASKS = ("attention_mask", "decoder_attention_mask")
+
+
+def _boolean_masks(hints: Hints, candidate: dict[str, Any]) -> bool:
+    """A mask the model fills with (or negates first, ``~mask`` of an int is not a mask) must be boolean: every
+    0/1 integer ``*mask*`` input but the text attention masks is given as one (Gemma 3n's input_features_mask)."""
+    names = tuple(k for k, v in candidate.items() if "mask" in k and k not in _COUNTED_MASKS
+                  and isinstance(v, torch.Tensor) and not v.is_floating_point() and v.dtype != torch.bool
+                  and bool(((v == 0) | (v == 1)).all()) and k not in hints.bool_masks)
+    hints.bool_masks += names
+    return bool(names)
+
+
 def _refine_named(hints: Hints, exc: BaseException, candidate: dict[str, Any] | None) -> bool:
     """Rules keyed on the message alone (and the audio features' layout)."""
     message = str(exc)
+    if _BOOL_MASK.search(message):
+        return _boolean_masks(hints, candidate or {})
     found = _MATMUL.search(message)
     features = (candidate or {}).get("input_features")
     size = _SIZE_AT_LAST.search(message)
@@ -286,21 +303,6 @@ def _codebook_axis(hints: Hints, exc: BaseException, candidate: dict[str, Any], 
     return False
 
 
-_BOOL_MASK = re.compile(r"masked_fill_? only supports boolean masks")
-#: integer masks models read as counts and convert themselves, which stay integers
-_COUNTED_MASKS = ("attention_mask", "decoder_attention_mask")
-
-
-def _boolean_masks(hints: Hints, exc: BaseException, candidate: dict[str, Any], found: re.Match) -> bool:
-    """A mask the model fills with (or negates first, ``~mask`` of an int is not a mask) must be boolean: every
-    0/1 integer ``*mask*`` input but the text attention masks is given as one (Gemma 3n's input_features_mask)."""
-    names = tuple(k for k, v in candidate.items() if "mask" in k and k not in _COUNTED_MASKS
-                  and isinstance(v, torch.Tensor) and not v.is_floating_point() and v.dtype != torch.bool
-                  and bool(((v == 0) | (v == 1)).all()) and k not in hints.bool_masks)
-    hints.bool_masks += names
-    return bool(names)
-
-
 #: (the failing operation's message, the rule that reads its culprit), tried in order after ids out of range
 _CULPRIT_RULES = (
     (_MATMUL, _linear_width),
@@ -310,7 +312,6 @@ _CULPRIT_RULES = (
     (_KERNEL, _longer_input),
     (_CAT, _matching_frames),
     (_BROADCAST, _codebook_axis),
-    (_BOOL_MASK, _boolean_masks),
 )
 
 

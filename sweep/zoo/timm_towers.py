@@ -115,9 +115,8 @@ def _shrunk_block_args(stages: list[list[dict]], profile: Profile) -> list[list[
     for stage in stages:
         kept: list[dict] = []
         for i, block in enumerate(stage):
-            new_type = all(block["block_type"] != k["block_type"] for k in kept)
-            ends_on_other = bool(kept) and i == len(stage) - 1 and block["block_type"] != kept[-1]["block_type"]
-            if new_type or ends_on_other:
+            kind = block["block_type"]  # (the first block is always of a new type, so kept[-1] exists after it)
+            if kind not in {k["block_type"] for k in kept} or (i == len(stage) - 1 and kind != kept[-1]["block_type"]):
                 kept.append(dict(block))
         for block in kept:
             block["out_chs"] = profile.width
