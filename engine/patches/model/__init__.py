@@ -12,6 +12,7 @@ named after the pattern (never a model); importing this package registers them a
 ``packed_attention``       variable-length attention over ``cu_seqlens`` as one block-diagonal masked SDPA
 ``global_token_attention`` Longformer-style global attention and sliding windows with no data-dependent shape
 ``chunked_attention``      local attention looped window by window, as one block-masked attention
+``block_selection``        sparse-attention indexers picking each query's key blocks with ``nonzero()`` in a loop
 ``placeholder_merges``     multimodal merges whose placeholder tests/counts read data (``mask.any()``, ``numel()``)
 ``experts``                mixture-of-experts loops over the experts that received tokens
 ``triangular_solves``      unit lower-triangular solves of gated delta rules, by forward substitution
@@ -39,6 +40,7 @@ from engine.patches.model import (  # noqa: F401
     experts,
     global_token_attention,
     chunked_attention,
+    block_selection,
     placeholder_merges,
     caches,
     rope_positions,
