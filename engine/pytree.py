@@ -76,6 +76,20 @@ def _holds_tensors(value: Any) -> bool:
 
 # ─── Reflection: object <-> (children, context) ───────────────────────────────────────────────
 
+def _snapshot(value: Any) -> Any:
+    """A static attribute as the spec keeps it: a copy (the forward may mutate it later: a {0: None} state dict gets
+    its tensors), with each symbolic scalar as None. A counter that follows the input shape (a sliding layer's
+    ``cumulative_length``, DeepSeek-V4's per-compressor ``entry_count`` dict) is symbolic while tracing; a frozen
+    spec cannot hold it, and deep-copying it copies its shape env's fake tensors, which have no data."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return None
+    if type(value) is dict:
+        return {k: _snapshot(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_snapshot(v) for v in value)
+    return copy.deepcopy(value)
+
+
 def _split(obj: Any) -> tuple[list[tuple[str, Any]], tuple[str, int, tuple[str, ...], dict[str, Any]]]:
     """Return ``(named_children, context)`` for a cache object.
 
@@ -94,13 +108,8 @@ def _split(obj: Any) -> tuple[list[tuple[str, Any]], tuple[str, int, tuple[str, 
         if _holds_tensors(value):
             attr_children.append(name)
             named.append((name, value))
-        elif isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            # A counter that follows the input shape (e.g. a sliding layer's ``cumulative_length``) is
-            # symbolic while tracing; a frozen spec cannot hold it, so the rebuilt object gets None.
-            static[name] = None
         else:
-            # a snapshot: the forward may mutate it later (a {0: None} state dict gets its tensors)
-            static[name] = copy.deepcopy(value)
+            static[name] = _snapshot(value)
     n_layers = -1 if layers is None else len(layers)
     cls = type(obj)
     return named, (f"{cls.__module__}.{cls.__qualname__}", n_layers, tuple(attr_children), static)

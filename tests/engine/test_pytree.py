@@ -240,6 +240,28 @@ def test_a_standalone_cache_output_exports():
     assert all(torch.equal(got[k], expected[k]) for k in expected)
 
 
+def test_a_cache_layer_with_symbolic_counts_in_a_dict_exports():
+    """A cache layer returned with a count dict that follows the input length (DeepSeek-V4's ``entry_count``) exports:
+    the spec keeps the count as None; deep-copying it copied fake tensors ("Cannot access data pointer")."""
+    from types import SimpleNamespace
+
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4HCACache
+
+    from engine import DynamoExporter, run_exported
+
+    class ReturnsLayer(torch.nn.Module):
+        def forward(self, x):
+            layer = DeepseekV4HCACache(SimpleNamespace(sliding_window=4, compress_rates={"heavily_compressed_attention": 2}))
+            layer.update(x, x)
+            layer.entry_count["compressor"] += x.shape[-2] // 2
+            return {"out": x + 1, "cache": layer}
+
+    program = DynamoExporter().export(ReturnsLayer().eval(), {"x": torch.randn(2, 1, 6, 4)}, {"dynamic": True})
+    other = {"x": torch.randn(3, 1, 7, 4)}
+    got, expected = run_exported(program, other), get_leaf_tensors(ReturnsLayer()(**other))
+    assert list(got) == list(expected) and all(torch.equal(got[k], expected[k]) for k in expected)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.permutations(["last_hidden_state", "pooler_output", "hidden_states", "attentions"]), st.integers(1, 4))
 def test_model_outputs_in_field_order_survive_an_unflatten_round_trip(order, count):
