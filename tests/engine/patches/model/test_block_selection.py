@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.patches.model import block_selection
 from engine.patches.model.block_selection import best_blocks, select_blocks, visible_in_order
 
 qwen4_exp = pytest.importorskip("transformers.models.qwen4_exp.modeling_qwen4_exp")
@@ -66,14 +67,15 @@ def _boundary_ties(scores, valid, k):
 def test_selection_equals_the_models_loop(budget, ratio, heads, monkeypatch):
     """Masks with holes, at lengths with and without an incomplete tail block: each query selects the model's
     tokens, but where two blocks tie for the last place (a score of exactly 0: every head's product negative)."""
-    from engine.patches.model import block_selection
-
     indexer = _indexer(budget, ratio, heads)
     original = qwen4_exp.Qwen4ExpTextQSAIndexer.forward
     ties = []
-    chooser = block_selection.best_blocks
-    monkeypatch.setattr(block_selection, "best_blocks",
-                        lambda scores, valid, k: ties.append(_boundary_ties(scores, valid, k)) or chooser(scores, valid, k))
+
+    def recording(scores, valid, k):  # the rewrite's own scores, to find the queries with a tie for the last place
+        ties.append(_boundary_ties(scores, valid, k))
+        return best_blocks(scores, valid, k)
+
+    monkeypatch.setattr(block_selection, "best_blocks", recording)
     compared = total = 0
     for seed, (batch, length) in enumerate([(2, 8), (3, 11), (1, 1), (2, 16), (2, 13)]):
         inputs = _inputs(batch, length, seed)
