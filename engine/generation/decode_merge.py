@@ -29,6 +29,14 @@ def growing_dim(a: torch.Tensor, b: torch.Tensor) -> int | None:
     return grown[0] if len(grown) == 1 and len(same) == a.ndim - 1 else None
 
 
+def _counts_on(a: torch.Tensor, b: torch.Tensor, dim: int) -> bool:
+    """Whether ``b`` is ``a`` with the next position appended along ``dim`` (positions of a step without cache),
+    rather than another value (a mask's 1)."""
+    if a.shape[dim] == 0 or not torch.equal(b.narrow(dim, 0, a.shape[dim]), a):
+        return False
+    return torch.equal(b.narrow(dim, a.shape[dim], 1), a.narrow(dim, a.shape[dim] - 1, 1) + 1)
+
+
 def _per_token_dim(name: str, a: torch.Tensor, b: torch.Tensor, prefill: Mapping[str, Any] | None,
                    prompt_length: int | None) -> int | None:
     """The dim along which a kwarg holds one entry per processed token although it repeats (the same in both decode
@@ -63,6 +71,8 @@ def merge_decode_calls(first: dict[str, Any], second: dict[str, Any], plan: Gene
                 merged[name] = torch.cat([a, b], dim=per_token)
             elif growing is not None:  # e.g. an attention mask: one position more per token
                 plan.growing[name] = growing
+                if name not in TOKEN_INPUTS and _counts_on(a, b, growing):
+                    plan.growing_positions.append(name)
                 merged[name] = b
             elif carries_tokens:  # ids, positions: concatenated into a two-token query
                 plan.token_dims[name] = token_dim

@@ -273,6 +273,8 @@ def _decode_values(plan: GenerationPlan, values: Mapping[str, Any], state: dict[
         grown = state[name]
         if name == token_input:  # no cache (use_cache=False): every step feeds the whole sequence so far
             new = token.reshape([-1 if d == 0 else 1 for d in range(grown.ndim)]).to(grown.dtype)
+        elif name in plan.growing_positions:  # ... and all the positions so far: the next one
+            new = _positions(grown, dim, 1)
         else:  # an attention mask: the new token is attended
             new = torch.ones([1 if d == dim else s for d, s in enumerate(grown.shape)], dtype=grown.dtype)
         state[name] = step_values[name] = torch.cat([grown, new], dim=dim)

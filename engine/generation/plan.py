@@ -28,6 +28,9 @@ class GenerationPlan:
     token_dims: dict[str, int] = field(default_factory=dict)
     #: kwargs that grow by one position per generated token (attention masks)
     growing: dict[str, int] = field(default_factory=dict)
+    #: the growing kwargs that count positions (a step without cache takes every position so far): each step
+    #: appends the next position, not the attended 1 of a mask
+    growing_positions: list[str] = field(default_factory=list)
     #: per-position kwargs generate() extends by repeating the last position and slices to the tokens being
     #: processed (GPT-2's ``token_type_ids``, Idefics' ``image_attention_mask``): each decode step takes the
     #: prompt's last position along ``per_token[name]``

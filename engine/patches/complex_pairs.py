@@ -1,15 +1,16 @@
 """Complex-valued tensors of a traced program computed as real ``(..., 2)`` pairs (an FX rewrite, stage 3).
 
 Pattern: complex rotary embeddings (DeepSeek-V2, Llama 4: ``freqs_cis = torch.polar(ones, freqs)``, then
-``view_as_complex(q) * freqs_cis`` and ``view_as_real``), Fourier token mixing (FNet: ``torch.fft.fftn(x).real``)
-and inverse-STFT heads (``torch.polar(magnitude, phase)`` then ``torch.fft.irfft``). Neither ExecuTorch nor
-torchlib runs complex tensors: ``aten.polar`` and the FFTs are not Core ATen (ExecuTorch's edge verifier refuses
-them) and torchlib has no complex ``aten.unsqueeze``. Every complex value is the pair (real, imaginary) in a
-trailing dim of 2, which is what ``view_as_real`` returns, so the rewrite maps each complex node to the real node
-of its pair: views shift their dims past the pair dim, products expand to ``(ac - bd, ad + bc)``, and a discrete
-Fourier transform along a dim of size ``N`` is two real matmuls with the ``N x N`` cosine and sine matrices (built
-in the graph from ``arange(N)``, so ``N`` stays symbolic). The rewrite is all or nothing: a graph with a complex op
-it does not know, or a complex output, is left as it is (and fails as before, naming the op).
+``view_as_complex(q) * freqs_cis`` and ``view_as_real``), Fourier token mixing (FNet: ``torch.fft.fftn(x).real``),
+autocorrelation (Autoformer: ``irfft(rfft(q) * conj(rfft(k)))``) and inverse-STFT heads (``torch.polar(magnitude,
+phase)`` then ``torch.fft.irfft``). Neither ExecuTorch nor torchlib runs complex tensors: ``aten.polar`` and the
+FFTs are not Core ATen (ExecuTorch's edge verifier refuses them) and torchlib has no complex ``aten.unsqueeze``.
+Every complex value is the pair (real, imaginary) in a trailing dim of 2, which is what ``view_as_real`` returns, so
+the rewrite maps each complex node to the real node of its pair: views shift their dims past the pair dim, products
+expand to ``(ac - bd, ad + bc)``, and a discrete Fourier transform along a dim of size ``N`` is two real matmuls
+with the ``N x N`` cosine and sine matrices (built in the graph from ``arange(N)``, so ``N`` stays symbolic). The
+rewrite is all or nothing: a graph with a complex op it does not know, or a complex output, is left as it is (and
+fails as before, naming the op).
 """
 
 from __future__ import annotations
@@ -223,6 +224,35 @@ def _fourier(inverse: bool, many: bool):
     return rule
 
 
+def _real_fourier(e, node, pair_of):
+    """``torch.fft.rfft`` of ``N`` real samples: the ``N // 2 + 1`` non-negative frequency bins, the DFT's first
+    columns (``n`` only where it is the input's size: no padding or cropping)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    bound = node.normalized_arguments(e.gm, normalize_to_only_use_kwargs=True).kwargs
+    x, norm = bound["input"], bound.get("norm")
+    value = x.meta["val"]
+    dim = bound.get("dim", -1) % value.dim()
+    n = bound.get("n")
+    n = n.meta["val"] if isinstance(n, torch.fx.Node) else n
+    if n is not None and not statically_known_true(n == value.shape[dim]):
+        return None
+    dtype = _REAL_OF[node.meta["val"].dtype]
+    real = e(aten._to_copy.default, x, dtype=dtype)
+    length = e.size(real, dim)
+    bins = e(operator.add, e(operator.floordiv, length, 2), 1) if isinstance(length, torch.fx.Node) else length // 2 + 1
+    theta = e.angles(length, bins, length, dtype)
+    out_real = e.along(real, dim, e(aten.cos.default, theta))
+    out_imag = e(aten.mul.Tensor, e.along(real, dim, e(aten.sin.default, theta)), -1)  # e^{-i theta}
+    return e.pair(e.scale(out_real, norm, False, length, dtype), e.scale(out_imag, norm, False, length, dtype))
+
+
+def _conjugate(e, node, pair_of):
+    """``torch.conj``: the imaginary part negated."""
+    real, imag = e.parts(pair_of(node.args[0]))
+    return e.pair(real, e(aten.neg.default, imag))
+
+
 def _inverse_real_fourier(e, node, pair_of):
     """``torch.fft.irfft`` of the ``M`` non-negative frequency bins to ``2 (M - 1)`` real samples: each bin but the
     first and the last stands for itself and its conjugate (weight 2); imaginary parts of those two are ignored."""
@@ -289,6 +319,9 @@ RULES: dict = {
     aten.fft_fftn.default: _fourier(inverse=False, many=True),
     aten.fft_ifftn.default: _fourier(inverse=True, many=True),
     aten.fft_irfft.default: _inverse_real_fourier,
+    aten.fft_rfft.default: _real_fourier,
+    aten._conj.default: _conjugate,
+    aten.conj_physical.default: _conjugate,
     aten._assert_tensor_metadata.default: _dropped,
 }
 

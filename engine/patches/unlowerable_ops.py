@@ -68,13 +68,14 @@ def _fix_searchsorted_as_comparison_count(gm: torch.fx.GraphModule, node: torch.
 @register_fx_node_fix("onnx")
 @register_fx_node_fix("executorch", ops=(torch.ops.aten.fft_fft.default, torch.ops.aten.fft_ifft.default,
                                          torch.ops.aten.fft_fftn.default, torch.ops.aten.fft_ifftn.default,
-                                         torch.ops.aten.fft_irfft.default))  # decomposed, they are _fft_c2c/_c2r
+                                         torch.ops.aten.fft_irfft.default,
+                                         torch.ops.aten.fft_rfft.default))  # decomposed: _fft_c2c/_c2r/_r2c
 def _fix_complex_tensors_as_real_pairs(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
     """Make every complex-valued node a real ``(..., 2)`` pair (:mod:`engine.patches.complex_pairs`), at the first one.
 
     Pattern: complex rotary embeddings (``torch.polar`` times ``view_as_complex(q)``: DeepSeek-V2, Llama 4), Fourier
-    token mixing (FNet) and inverse-STFT heads (``torch.polar`` then ``torch.fft.irfft``). ``aten.polar`` and the FFTs
-    are not Core ATen (https://github.com/pytorch/executorch/issues/1362); torchlib has no complex ``aten.unsqueeze``
+    token mixing (FNet), autocorrelation (Autoformer's ``rfft``/``conj``) and inverse-STFT heads (``torch.polar``
+    then ``torch.fft.irfft``). ``aten.polar`` and the FFTs are not Core ATen (https://github.com/pytorch/executorch/issues/1362); torchlib has no complex ``aten.unsqueeze``
     ("No decompositions registered for the complex-valued input": https://github.com/pytorch/pytorch/issues/126972). A
     graph with a complex op the rewrite does not know is left as it is."""
     if node.op != "call_function" or getattr(node, "_erased", False):

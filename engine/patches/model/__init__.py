@@ -5,7 +5,7 @@ named after the pattern (never a model); importing this package registers them a
 =========================  =========================================================================================
 ``sequence_scans``         loops over the sequence carrying a state (selective scan, WKV, RG-LRU, mLSTM) as a scan
 ``tensor_builtins``        ``list``/``len``/``int`` of a tensor in modeling code, as shape-generic tensor code
-``split_by_counts``        features split by a ``.tolist()`` of per-sample counts (one ragged output; audio chunks)
+``split_by_counts``        features split by a ``.tolist()`` of counts (one ragged output; audio chunks, windows)
 ``position_lists``         positions built as Python lists/ints of sizes (Funnel, Reformer, CPM-Ant, ProphetNet)
 ``rope_positions``         multimodal rotary positions (M-RoPE) computed before the graph, passed as ``position_ids``
 ``packed_grids``           packed vision towers' grid helpers (positions, windows, frames) without per-image loops
@@ -17,7 +17,7 @@ named after the pattern (never a model); importing this package registers them a
 ``experts``                mixture-of-experts loops over the experts that received tokens
 ``triangular_solves``      unit lower-triangular solves of gated delta rules, by forward substitution
 ``conv_geometry``          conv padding and lengths in Python integer math
-``masks``                  attention masks by broadcasting instead of ``torch.vmap``
+``masks``                  attention masks by broadcasting instead of ``torch.vmap``; none for unpadded encoders
 ``caches``                 cache updates that branch on the traced prompt length
 =========================  =========================================================================================
 

@@ -14,6 +14,10 @@ with it replaced by :func:`split_rows_by_counts`, which returns those rows and t
 :class:`~engine.stacked_rows.RaggedRows` (to the model's code, ``[all rows]``, which its consumer
 ``torch.cat(..., dim=0)`` reads as before). The function is compiled from its own source, so only the matched
 expression changes; a function without the pattern is returned as it is.
+
+The audio towers' relatives are here too: Qwen-Omni's chunks split by counts (one gather), Qwen3-ASR's and
+Qwen3-Omni's attention windows as a Python list repeated by counts (tensor bounds), and Qwen3-Omni's convolution over
+a data-sized batch in pieces (one piece).
 """
 
 from __future__ import annotations
@@ -186,6 +190,68 @@ def _patch_audio_chunks_padded_by_gather(original):
     (transformers): no upstream issue found for the helper itself.
     """
     return chunk_and_pad_by_gather
+
+
+def audio_window_bounds(chunk_lengths: torch.Tensor, feature_lens: torch.Tensor, n_window_infer: int, n_window: int,
+                        post_cnn_lengths: Callable[..., torch.Tensor]) -> torch.Tensor:
+    """Qwen3-ASR's and Qwen3-Omni's ``get_audio_cu_seqlens`` without the Python list: the end of every attention
+    window of every audio (windows of ``longest post-CNN chunk * n_window_infer // (2 * n_window)`` frames, each
+    audio's last one shorter), after a 0. Each audio gets as many ends as there are chunks, more than its windows:
+    the spare ends repeat the audio's end, so the boundaries are the original's with repeats, which split the packed
+    frames into the same windows (a zero-length window holds no frame)."""
+    lengths = post_cnn_lengths(feature_lens, n_window)  # post-CNN frames per audio
+    window = post_cnn_lengths(chunk_lengths, n_window).max() * (n_window_infer // (n_window * 2))
+    starts = lengths.cumsum(0) - lengths
+    # an audio has at most as many windows as chunks (a window holds at least one whole chunk's frames)
+    steps = torch.arange(1, chunk_lengths.shape[0] + 1, device=feature_lens.device)
+    ends = starts[:, None] + torch.minimum(steps[None, :] * window, lengths[:, None])
+    return F.pad(ends.reshape(-1), (1, 0)).to(torch.int32)
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.get_audio_cu_seqlens"
+                            for m in ("qwen3_asr", "qwen3_omni_moe")))
+def _patch_audio_windows_without_repeated_lists(original):
+    """Pattern: Qwen3-ASR / Qwen3-Omni audio towers build their attention windows' boundaries as a Python list,
+    ``[window] * (length // window)`` per audio with ``window`` from ``.max().item()``: a list repeated by a
+    data-dependent count ('Could not extract specialized integer from data-dependent expression'). The same
+    boundaries with repeats as tensor ops (:func:`audio_window_bounds`); the towers' attention takes them through
+    :mod:`engine.patches.model.packed_attention`, which masks by window. Boundaries the caller passes are kept.
+    TODO (transformers): no upstream issue found for the helper."""
+    post_cnn_lengths = original.__globals__["_get_feat_extract_output_lengths"]
+
+    def get_audio_cu_seqlens(chunk_lengths, feature_lens, n_window_infer, n_window, kwargs=None):
+        if kwargs is not None and (cu_seqlens := kwargs.pop("cu_seqlens", None)) is not None:
+            return cu_seqlens
+        return audio_window_bounds(chunk_lengths, feature_lens, n_window_infer, n_window, post_cnn_lengths)
+
+    return get_audio_cu_seqlens
+
+
+class _BatchSplitForMemoryAsOnePiece(ast.NodeTransformer):
+    """``for <piece> in <batch>.split(<size>, dim=0):`` -> ``for <piece> in (<batch>,):``."""
+
+    matched = 0
+
+    def visit_For(self, node: ast.For) -> ast.AST:
+        self.generic_visit(node)
+        call = node.iter
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "split"
+                and len(call.args) == 1 and [(k.arg, getattr(k.value, "value", None)) for k in call.keywords]
+                == [("dim", 0)]):
+            self.matched += 1
+            node.iter = ast.Tuple(elts=[call.func.value], ctx=ast.Load())
+        return node
+
+
+@register_patch("dynamo", "transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe.Qwen3OmniMoeAudioEncoder.forward")
+def _patch_conv_chunks_as_one_batch(original):
+    """Pattern: Qwen3-Omni's audio tower runs its convolutions over the padded audio chunks in pieces of
+    ``conv_chunksize`` to bound memory, ``for chunk in padded_feature.split(self.conv_chunksize, dim=0)``, and
+    concatenates the pieces again. The chunk count is data-dependent (audio lengths), so the number of pieces is too
+    ('Could not guard on data-dependent expression Eq(u1, 0)' in ``split``). Each chunk is convolved on its own, so
+    the pieces are one batch: the loop runs once over all chunks (:class:`_BatchSplitForMemoryAsOnePiece`, the
+    function recompiled from its source). TODO (transformers): no upstream issue found."""
+    return recompiled(original, _BatchSplitForMemoryAsOnePiece())
 
 
 #: packed vision towers that reorder their merged tokens into attention windows by ``permute_input_for_window_attn``

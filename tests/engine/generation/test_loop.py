@@ -190,6 +190,24 @@ def test_generation_without_a_cache_feeds_the_whole_sequence_each_step():
     assert torch.equal(generate(components, inputs, max_new_tokens=NEW_TOKENS), expected)
 
 
+def test_generation_without_a_cache_grows_the_positions_with_the_sequence():
+    """Without a cache and without an attention mask generate() passes every position so far (Blt's generation):
+    each step appends the next position, where a mask would append a 1."""
+    model = MODELS["llama"].model()
+    model.generation_config.use_cache = False
+
+    def unmasked(seed):
+        inputs = generation_inputs("llama", seed, "dynamic", model)
+        inputs.pop("attention_mask", None)
+        return inputs
+
+    components = AutoExporter.export_for_generation(model, unmasked(0), {"dynamic": True})
+    assert components.plan.growing_positions == ["position_ids"]
+    with torch.no_grad():
+        expected = model.generate(**unmasked(1), do_sample=False, max_new_tokens=NEW_TOKENS)
+    assert torch.equal(generate(components, unmasked(1), max_new_tokens=NEW_TOKENS), expected)
+
+
 def test_multimodal_prefill_falls_back_to_its_own_program_when_the_components_differ(monkeypatch):
     """The learned route is checked on the exported programs: where they do not reproduce the eager prefill, the
     prefill is exported and generation still gives eager's tokens."""

@@ -323,3 +323,50 @@ def test_a_max_pooled_length_stays_dynamic(backend):
     """Unpatched, the program takes only the traced length 8 (repro ``max_pool1d_pins_length.py``)."""
     assert_exports_and_runs(_PoolMask(), {"mask": torch.ones(2, 8)}, {"mask": torch.randint(0, 2, (3, 13)).float()},
                             backend, tolerance=0)
+
+
+class _EntropyOfLogits(torch.nn.Module):
+    """Blt's patcher: the entropy of each position's next-token distribution, through ``torch.distributions``."""
+
+    def forward(self, logits):
+        return torch.distributions.Categorical(logits=logits).entropy()
+
+
+def test_a_distribution_built_in_the_forward_exports_and_runs():
+    """``Distribution.__init__`` checks its parameters with a Python branch on tensor values, which torch.export
+    cannot trace (the default is forced on here: ``torch.compile`` turns it off process-wide). Patched, the check is
+    off while exporting, and the entropy matches eager at another shape."""
+    from torch.distributions import Distribution
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    logits = torch.randn(2, 5, 7)
+    default = Distribution._validate_args
+    Distribution.set_default_validate_args(True)
+    try:
+        with pytest.raises(GuardOnDataDependentSymNode):
+            torch.export.export(_EntropyOfLogits(), (logits,), strict=False)
+        assert_exports_and_runs(_EntropyOfLogits(), {"logits": logits}, {"logits": torch.randn(3, 4, 7)}, "dynamo",
+                                tolerance=1e-6)
+        assert Distribution._validate_args is True  # restored after the export
+    finally:
+        Distribution.set_default_validate_args(default)
+
+
+class _RollingHash(torch.nn.Module):
+    """Blt's byte-group hash: each token's window of the 7 before it (an ``unfold``, whose two last dims both have
+    stride 1) times the powers of a prime, summed."""
+
+    def forward(self, ids):
+        windows = torch.cat([ids.new_zeros(ids.shape[0], 6), ids], dim=1).unfold(1, 7, 1)
+        return (windows * 31 ** torch.arange(7)).sum(-1)
+
+
+def test_an_elementwise_op_over_tied_strides_keeps_its_length_dynamic():
+    """The output layout of ``windows * powers`` compared the length with the window (``seq >= 7``), so plain
+    torch.export refuses 5 tokens; patched, the layout choice records no guard and 5 tokens compute eager's hash."""
+    ids, shorter = torch.randint(0, 9, (2, 8)), {"ids": torch.randint(0, 9, (3, 5))}
+    plain = torch.export.export(_RollingHash(), (ids,), dynamic_shapes=({0: torch.export.Dim.AUTO,
+                                                                        1: torch.export.Dim.AUTO},))
+    with pytest.raises(AssertionError, match=r"size\(\)\[1\] >= 7"):
+        plain.module()(shorter["ids"])
+    assert_exports_and_runs(_RollingHash(), {"ids": ids}, shorter, "dynamo", tolerance=0)

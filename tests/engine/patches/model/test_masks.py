@@ -59,3 +59,41 @@ def test_a_combined_mask_exports_without_vmap(tmp_path):
     program = load_program(save_program(program, tmp_path / "broadcast.pt2"))
     other = (torch.randn(2, 5, 3), torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]))
     assert torch.equal(program.module()(*other), Windowed()(*other))
+
+
+class _MaskAfterDistillingConv(torch.nn.Module):
+    """Informer's pattern: the encoder builds its mask for the input length, a distilling step halves the length,
+    and the next layer adds the mask it got to its scores when there is one."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import PretrainedConfig
+
+        self.config = PretrainedConfig()
+        self.config._attn_implementation = "sdpa"
+
+    def forward(self, embeds):
+        from transformers.masking_utils import create_bidirectional_mask
+
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeds, attention_mask=None)
+        halved = embeds[:, ::2]
+        scores = halved @ halved.transpose(1, 2)
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, 0], float("-inf"))
+        return scores.softmax(-1) @ halved
+
+
+def test_an_unpadded_bidirectional_mask_is_skipped_under_export_as_in_eager():
+    """Eager builds no mask without a padding mask; torch.export did build one, and the halved layer then fails on
+    its size. Patched, the program builds none either and computes eager's numbers at another length."""
+    from engine.patches.registry import apply_patches
+    from tests.engine.patches.export_checks import assert_exports_and_runs
+
+    module, embeds = _MaskAfterDistillingConv(), torch.randn(2, 8, 4)
+    module(embeds)  # eager: no mask, no failure
+    with pytest.raises(RuntimeError, match="broadcast"):
+        torch.export.export(module, (embeds,), dynamic_shapes=({1: torch.export.Dim.AUTO},))
+    with apply_patches("dynamo"):
+        program = torch.export.export(module, (embeds,), dynamic_shapes=({1: torch.export.Dim.AUTO},))
+    assert not [n for n in program.graph.nodes if "masked_fill" in str(n.target)]
+    assert_exports_and_runs(module, {"embeds": embeds}, {"embeds": torch.randn(3, 6, 4)}, "dynamo", tolerance=1e-6)

@@ -210,3 +210,111 @@ def test_audio_chunks_padded_by_gather_export_for_any_lengths():
         got = list(run_exported(program, inputs).values())
         for a, b in zip(got, expected):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def _windows(bounds: torch.Tensor, frames: int) -> list[int]:
+    """The window of each of ``frames`` packed frames, numbered from 0 in order of their first frame: the
+    partition the bounds make (what a mask of equal windows sees), whatever their repeats."""
+    ends = bounds[1:].tolist()
+    counts = [sum(1 for end in ends if end <= frame) for frame in range(frames)]
+    return [sorted(set(counts)).index(c) for c in counts]
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(0, 420), min_size=1, max_size=3), n_window=st.sampled_from([4, 13, 50]),
+       ratio=st.integers(1, 4), padded=st.booleans())
+def test_audio_window_bounds_split_the_frames_as_the_list(lengths, n_window, ratio, padded):
+    """Qwen3-ASR's ``get_audio_cu_seqlens`` (a Python list repeated by ``.item()`` counts) and the tensor bounds
+    that replace it split the packed post-CNN frames into the same windows, for chunk lists with every audio
+    padded to the longest (Qwen3-ASR) or holding only its own chunks (Qwen3-Omni)."""
+    from transformers.models.qwen3_asr.modeling_qwen3_asr import (_get_feat_extract_output_lengths,
+                                                                  get_audio_cu_seqlens)
+
+    from engine.patches.model.split_by_counts import audio_window_bounds
+
+    chunk = 2 * n_window
+    count = max(-(-max(lengths) // chunk), 1) if padded else None
+    chunks = []
+    for length in lengths:
+        own = [chunk] * (length // chunk) + ([length % chunk] if length % chunk else [])
+        chunks += own + [0] * (count - len(own)) if padded else own
+    chunk_lengths, feature_lens = torch.tensor(chunks, dtype=torch.long), torch.tensor(lengths)
+    if not chunks or _get_feat_extract_output_lengths(chunk_lengths, n_window).max() == 0:
+        return  # no frame at all: the original divides by a window of 0
+    expected = get_audio_cu_seqlens(chunk_lengths, feature_lens, ratio * chunk, n_window)
+    got = audio_window_bounds(chunk_lengths, feature_lens, ratio * chunk, n_window, _get_feat_extract_output_lengths)
+    frames = int(expected[-1])
+    assert int(got.max()) == frames
+    assert _windows(got, frames) == _windows(expected, frames)
+
+
+def test_audio_window_bounds_export_for_any_lengths():
+    """The list repeated by ``.item()`` counts cannot be traced; the tensor bounds export once and split other audio
+    lengths into the original's windows."""
+    from transformers.models.qwen3_asr.modeling_qwen3_asr import (_get_feat_extract_output_lengths,
+                                                                  get_audio_cu_seqlens)
+
+    from engine import DynamoExporter, run_exported
+    from engine.patches.model.split_by_counts import audio_window_bounds
+
+    class Bounds(torch.nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, chunk_lengths, feature_lens):
+            return self.fn(chunk_lengths, feature_lens, 16)
+
+    def sample(lengths):  # chunks of 8 frames, each audio padded to the longest
+        count = -(-max(lengths) // 8)
+        chunks = [min(max(length - 8 * i, 0), 8) for length in lengths for i in range(count)]
+        return {"chunk_lengths": torch.tensor(chunks), "feature_lens": torch.tensor(lengths)}
+
+    with pytest.raises(Exception):
+        DynamoExporter().export(Bounds(lambda c, f, w: get_audio_cu_seqlens(c, f, w, 4)), sample([30, 12]),
+                                {"dynamic": True})
+    bounds = Bounds(lambda c, f, w: audio_window_bounds(c, f, w, 4, _get_feat_extract_output_lengths))
+    program = DynamoExporter().export(bounds, sample([30, 12]), {"dynamic": True})
+    for lengths in ([30, 12], [5, 41, 17]):
+        inputs = sample(lengths)
+        expected = get_audio_cu_seqlens(inputs["chunk_lengths"], inputs["feature_lens"], 16, 4)
+        (got,) = run_exported(program, inputs).values()
+        frames = int(expected[-1])
+        assert _windows(got, frames) == _windows(expected, frames)
+
+
+class _ConvInPieces(torch.nn.Module):
+    """Qwen3-Omni's audio tower: the chunks (as many as the data says) convolved in pieces of 2 to bound memory."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(1, 3, 3, padding=1)
+
+    def forward(self, frames, keep):
+        chunks = frames[keep.nonzero().squeeze(-1)].unsqueeze(1)  # a data-dependent number of chunks
+        pieces = []
+        for piece in chunks.split(2, dim=0):
+            pieces.append(self.conv(piece))
+        return torch.cat(pieces, dim=0)
+
+
+def test_conv_pieces_of_a_data_sized_batch_export_as_one_batch():
+    """The number of pieces of a data-sized batch cannot be traced; the loop over the whole batch once exports and
+    computes the pieces' numbers for other chunk counts."""
+    from engine import DynamoExporter, run_exported
+    from engine.patches.model.split_by_counts import _BatchSplitForMemoryAsOnePiece
+    from engine.patches.source_rewrite import recompiled
+
+    def sample(keep):
+        return {"frames": torch.randn(len(keep), 6), "keep": torch.tensor(keep)}
+
+    with pytest.raises(Exception):
+        DynamoExporter().export(_ConvInPieces(), sample([1, 0, 1, 1, 1]), {"dynamic": True})
+    module = _ConvInPieces()
+    eager = module.forward
+    module.forward = recompiled(_ConvInPieces.forward, _BatchSplitForMemoryAsOnePiece()).__get__(module)
+    program = DynamoExporter().export(module, sample([1, 0, 1, 1, 1]), {"dynamic": True})
+    for keep in ([1, 0, 1, 1, 1], [0, 1, 1, 0, 1, 1, 1, 1]):
+        inputs = sample(keep)
+        (got,) = run_exported(program, inputs).values()
+        torch.testing.assert_close(got, eager(**inputs))
