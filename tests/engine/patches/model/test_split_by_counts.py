@@ -181,6 +181,17 @@ def test_audio_chunks_padded_by_gather_equal_the_split(lengths, n_window, seed):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+class _Applied(torch.nn.Module):
+    """``fn(first, second, *rest)`` as a module, the form the exporters take."""
+
+    def __init__(self, fn, *rest):
+        super().__init__()
+        self.fn, self.rest = fn, rest
+
+    def forward(self, first, second):
+        return self.fn(first, second, *self.rest)
+
+
 def test_audio_chunks_padded_by_gather_export_for_any_lengths():
     """The split by ``tolist()`` of a tensor of data-dependent length cannot be traced (``Eq(u, 0)``); the gather
     exports once and pads other audio lengths as the original does."""
@@ -189,24 +200,16 @@ def test_audio_chunks_padded_by_gather_export_for_any_lengths():
     from engine import DynamoExporter, run_exported
     from engine.patches.model.split_by_counts import chunk_and_pad_by_gather
 
-    class Chunks(torch.nn.Module):
-        def __init__(self, fn):
-            super().__init__()
-            self.fn = fn
-
-        def forward(self, input_features, feature_lens):
-            return self.fn(input_features, feature_lens, 4)
-
-    def sample(lengths):
+    def sample(lengths):  # the features and the audio lengths
         lens = torch.tensor(lengths)
-        return {"input_features": torch.randn(3, int(lens.sum())), "feature_lens": lens}
+        return {"first": torch.randn(3, int(lens.sum())), "second": lens}
 
     with pytest.raises(Exception):
-        DynamoExporter().export(Chunks(chunk_and_pad_features), sample([11, 5]), {"dynamic": True})
-    program = DynamoExporter().export(Chunks(chunk_and_pad_by_gather), sample([11, 5]), {"dynamic": True})
+        DynamoExporter().export(_Applied(chunk_and_pad_features, 4), sample([11, 5]), {"dynamic": True})
+    program = DynamoExporter().export(_Applied(chunk_and_pad_by_gather, 4), sample([11, 5]), {"dynamic": True})
     for lengths in ([11, 5], [3, 20, 8]):
         inputs = sample(lengths)
-        expected = chunk_and_pad_features(inputs["input_features"], inputs["feature_lens"], 4)
+        expected = chunk_and_pad_features(inputs["first"], inputs["second"], 4)
         got = list(run_exported(program, inputs).values())
         for a, b in zip(got, expected):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
@@ -257,27 +260,18 @@ def test_audio_window_bounds_export_for_any_lengths():
     from engine import DynamoExporter, run_exported
     from engine.patches.model.split_by_counts import audio_window_bounds
 
-    class Bounds(torch.nn.Module):
-        def __init__(self, fn):
-            super().__init__()
-            self.fn = fn
-
-        def forward(self, chunk_lengths, feature_lens):
-            return self.fn(chunk_lengths, feature_lens, 16)
-
-    def sample(lengths):  # chunks of 8 frames, each audio padded to the longest
+    def sample(lengths):  # the chunk lengths (chunks of 8 frames, each audio padded to the longest), the audio lengths
         count = -(-max(lengths) // 8)
         chunks = [min(max(length - 8 * i, 0), 8) for length in lengths for i in range(count)]
-        return {"chunk_lengths": torch.tensor(chunks), "feature_lens": torch.tensor(lengths)}
+        return {"first": torch.tensor(chunks), "second": torch.tensor(lengths)}
 
     with pytest.raises(Exception):
-        DynamoExporter().export(Bounds(lambda c, f, w: get_audio_cu_seqlens(c, f, w, 4)), sample([30, 12]),
-                                {"dynamic": True})
-    bounds = Bounds(lambda c, f, w: audio_window_bounds(c, f, w, 4, _get_feat_extract_output_lengths))
+        DynamoExporter().export(_Applied(get_audio_cu_seqlens, 16, 4), sample([30, 12]), {"dynamic": True})
+    bounds = _Applied(audio_window_bounds, 16, 4, _get_feat_extract_output_lengths)
     program = DynamoExporter().export(bounds, sample([30, 12]), {"dynamic": True})
     for lengths in ([30, 12], [5, 41, 17]):
         inputs = sample(lengths)
-        expected = get_audio_cu_seqlens(inputs["chunk_lengths"], inputs["feature_lens"], 16, 4)
+        expected = get_audio_cu_seqlens(inputs["first"], inputs["second"], 16, 4)
         (got,) = run_exported(program, inputs).values()
         frames = int(expected[-1])
         assert _windows(got, frames) == _windows(expected, frames)
