@@ -418,6 +418,12 @@ def _trajectory(ctx: Context, name: str) -> torch.Tensor:
     return ctx.floats(ctx.batch, length, int(width))
 
 
+def flow_timestep(ctx: Context) -> torch.Tensor:
+    """A flow-matching forward's ``timestep``, one per sample in [0, 1) (PI0 draws it from a Beta distribution when
+    the caller gives none: a random draw that eager and a program would make differently)."""
+    return torch.rand(ctx.batch, generator=ctx.gen)
+
+
 # -- inputs named after another input or a sub-config ---------------------------------------------------------
 
 
@@ -535,6 +541,7 @@ RECIPES: dict[str, Callable[[Context], Any]] = {
     "input_features": input_features,
     "input_values": input_values,
     "latents": latents,
+    "timestep": flow_timestep,
     **{name: features_mask for name in WITH_FEATURES},
     "past_values": past_values,
     "past_observed_mask": past_observed_mask,

@@ -19,6 +19,7 @@ named after the pattern (never a model); importing this package registers them a
 ``conv_geometry``          conv padding and lengths in Python integer math
 ``masks``                  attention masks by broadcasting instead of ``torch.vmap``; none for unpadded encoders
 ``caches``                 cache updates that branch on the traced prompt length
+``buffer_branches``        Python branches on a small buffer's values (EoMT's schedule), the values as numbers
 =========================  =========================================================================================
 
 A family module imports the registry, :mod:`engine.patches.source_rewrite`, :mod:`engine.swap`, the output types of
@@ -37,6 +38,7 @@ from engine.patches.model import (  # noqa: F401
     position_lists,
     conv_geometry,
     masks,
+    buffer_branches,
     experts,
     global_token_attention,
     chunked_attention,
