@@ -93,17 +93,12 @@ def _patch_density_probe_without_numel_guards(original):
 
 @register_patch("dynamo", "torch._prims_common.compute_elementwise_output_logical_to_physical_perm")
 def _patch_elementwise_layout_without_size_guards(original):
-    """Pattern: the layout of an elementwise op's output over an input whose strides tie (Blt's hash windows,
-    ``padded.unfold(1, g, 1) * powers``: two dims of stride 1). The layout sort breaks the tie with
-    ``guard_or_false(length >= g)``, which for a backed size records a guard: the program refused lengths under the
-    largest window (``seq >= 8`` for windows of 3 to 8 tokens).
+    """Pattern: the layout sort of an elementwise op's output breaks stride ties (Blt's hash windows, ``unfold``)
+    with ``guard_or_false(length >= g)``, which records a guard that pins the length.
 
-    Rewrite: while the sort runs (its layout probes included), ``guard_or_false`` answers as the traced sample does
-    without recording a guard (``False`` where there is no sample value, as before). The traced program is the same;
-    it no longer refuses other sizes for a choice of output strides, which never changes a value (a later view that
-    needed the traced layout would fail at run time, not compute other numbers). Upstream: the sort's comparisons,
-    pytorch/pytorch#149215 (a rewrite of ``should_swap``, not merged); the same guard kind in the contiguity probes,
-    pytorch/pytorch#165032."""
+    Rewrite: during the sort ``guard_or_false`` answers as the traced sample, without a guard. The program is the
+    one traced; it only stops refusing other sizes for a choice of strides, which never changes a value. Upstream:
+    pytorch/pytorch#149215 (a ``should_swap`` rewrite, not merged); the same guard kind: pytorch/pytorch#165032."""
     import torch.fx.experimental.symbolic_shapes as symbolic_shapes
 
     def as_traced_or_false(condition) -> bool:
@@ -197,14 +192,11 @@ def _patch_unique_consecutive_as_run_starts(original):
 
 @register_patch("dynamo", "torch.distributions.distribution.Distribution._validate_args")
 def _patch_distribution_checks_off(original):
-    """Pattern: a ``torch.distributions`` object built in a forward (Blt's ``Categorical(logits=...).entropy()``, PI0's
-    ``Beta(alpha, beta)`` timestep). ``Distribution.__init__`` validates its parameters by default with
-    ``if not torch._is_all_true(valid): raise``, a Python branch on tensor values that export cannot trace
-    (GuardOnDataDependentSymNode ``Eq(u0, 1)``; pytorch/pytorch#135061). While exporting the default is off, as
-    ``torch.compile`` sets it process-wide (``torch._dynamo.eval_frame.TorchPatcher.patch``) and as transformers
-    proposed for export (huggingface/transformers#43631): the check only raises on invalid parameters, so a valid
-    sample computes the same numbers; an explicit ``validate_args=True`` still checks. The sweep no longer depends
-    on whether an earlier case in the process ran dynamo."""
+    """Pattern: a ``torch.distributions`` object built in a forward (Blt's entropy, PI0's Beta): ``__init__``
+    validates with ``if not torch._is_all_true(valid): raise``, a Python branch on tensor values export cannot trace
+    (pytorch/pytorch#135061). Off while exporting, as ``torch.compile`` sets it process-wide and as transformers
+    proposed (huggingface/transformers#43631): valid parameters give the same numbers; ``validate_args=True`` still
+    checks."""
     return False
 
 

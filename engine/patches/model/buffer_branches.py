@@ -1,12 +1,10 @@
 """Python branches on a module's buffer values, traced with the values as Python numbers.
 
-Pattern: EoMT's annealed query masking, ``if self.training or self.attn_mask_probs[i] > 0:`` and, with ``prob =
-self.attn_mask_probs[i]``, ``if prob < 1:`` (models/eomt/modeling_eomt.py:1108, :1200; the same in EoMT-DINOv3). The
-buffer is a schedule of probabilities, not a weight, read in Python control flow. torch.export lifts every buffer
-(and every tensor attribute) to a fake input, so the comparison is a data-dependent guard (``Eq(u0, 1)``). While a
-model is traced, a small 1-D buffer that its forward only indexes (``self.<buffer>[...]``, or takes the ``len()``
-of), and compares inside an ``if`` test, is a tuple of its values as Python numbers: the branches go as eager takes them for the module's current
-values, which the program keeps as constants, as it keeps config values. Restored on exit.
+Pattern: EoMT's ``if self.training or self.attn_mask_probs[i] > 0:`` (models/eomt/modeling_eomt.py:1108): a
+schedule kept in a buffer, read in Python control flow. torch.export lifts buffers to fake inputs, so the comparison
+is a data-dependent guard. While a model is traced, a small 1-D buffer its forward only indexes (or takes the
+``len()`` of) and compares in an ``if`` test is a tuple of its values; the program keeps them as constants, as it
+keeps config values. Restored on exit.
 """
 
 from __future__ import annotations

@@ -50,13 +50,10 @@ _patch_mask_functions_by_broadcasting.__doc__ = _patch_mask_interface_by_broadca
 
 @register_patch("dynamo", "transformers.masking_utils._ignore_bidirectional_mask_sdpa")
 def _patch_unpadded_bidirectional_mask_skipped(original):
-    """Pattern: ``create_bidirectional_mask`` without a padding mask returns ``None`` in eager (SDPA attends to every
-    key), but while exporting ``_ignore_bidirectional_mask_sdpa`` never skips, so the program computes a mask of ones
-    that eager never builds. Models whose mask path is broken then fail only under export: Autoformer adds a
-    (q, k) mask to its autocorrelation weights, Informer reuses the mask after its distilling conv halves the length,
-    MuSE-Glimmer sizes it by the queries while its keys are longer. With no padding mask and no local window the skip
-    reads no tensor value, so it is taken as in eager: no guard, and the program computes what eager computes.
-    Transformers keeps the mask while exporting so that no mask *values* are read; here there are none to read."""
+    """Pattern: ``create_bidirectional_mask`` without a padding mask returns ``None`` in eager, but while exporting
+    ``_ignore_bidirectional_mask_sdpa`` never skips, so the program builds a mask of ones eager never builds, and
+    models whose mask path is broken (Autoformer, Informer) fail only under export. With no padding mask and no
+    local window the skip reads no tensor value, so it is taken as in eager: no guard, eager's numbers."""
 
     def ignore_bidirectional_mask(padding_mask, kv_length, local_attention_size=None):
         if padding_mask is None and local_attention_size is None:
