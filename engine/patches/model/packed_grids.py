@@ -29,6 +29,7 @@ helpers themselves; their own docstring asks for them to be precomputed outside 
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import inspect
@@ -40,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.patches.registry import register_patch, register_trace_context
+from engine.patches.source_rewrite import recompiled
 from engine.swap import swap_attributes
 
 _VISION_UTILS = "transformers.vision_utils"
@@ -280,3 +282,54 @@ def _patch_frame_index_without_a_loop(original):
 
 #: modules that size tensors with ``int()`` of a 0-d tensor sum (Kimi-K2.5's ``get_vision_temporal_merge_index``:
 #: ``num_patches = int(patches_per_video.sum())``)
+
+
+def uniform_batch_crops(model: torch.nn.Module, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Pixtral's packed sequence for a batch of images of one size: every image's patches one after another (the
+    crops are whole images), each image's own (row, column) positions, and a block-diagonal mask that keeps the
+    images apart: ``PixtralTransformer``'s inputs, computed for any batch and image size."""
+    patch_embeds = model.patch_conv(pixel_values.to(dtype=model.patch_conv.weight.dtype))
+    batch, width, rows, cols = patch_embeds.shape
+    inputs_embeds = model.ln_pre(patch_embeds.flatten(2).transpose(1, 2).reshape(1, -1, width))
+    row, col = torch.meshgrid(torch.arange(rows, device=patch_embeds.device),
+                              torch.arange(cols, device=patch_embeds.device), indexing="ij")
+    position_ids = torch.stack([row.flatten(), col.flatten()], dim=-1).repeat(batch, 1)
+    image = torch.arange(batch * rows * cols, device=patch_embeds.device) // (rows * cols)
+    blocked = torch.full((), torch.finfo(inputs_embeds.dtype).min, dtype=inputs_embeds.dtype, device=image.device)
+    attention_mask = torch.where(image[:, None] == image[None, :], 0.0, blocked).to(inputs_embeds.dtype)
+    return {"inputs_embeds": inputs_embeds, "attention_mask": attention_mask[None, None],
+            "position_embeddings": model.patch_positional_embedding(inputs_embeds, position_ids)}
+
+
+_UNIFORM = "__uniform_batch_crops__"
+
+
+class _UniformBatchFirst(ast.NodeTransformer):
+    """Puts ``if image_sizes is None and not <flash>: return self.transformer(**<uniform_batch_crops>, **kwargs)``
+    first in a forward that crops each image by ``zip(patch_embeds, image_sizes)``."""
+
+    matched = 0
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        crops = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "zip"
+                    and [getattr(a, "id", None) for a in n.args] == ["patch_embeds", "image_sizes"]
+                    for n in ast.walk(node))
+        if crops and not self.matched:
+            self.matched += 1
+            first = ast.parse("if image_sizes is None and not is_flash_attention_requested(self.config):\n"
+                              f"    return self.transformer(**{_UNIFORM}(self, pixel_values), **kwargs)").body
+            docstring = int(bool(ast.get_docstring(node)))
+            node.body[docstring:docstring] = first
+        return node
+
+
+@register_patch("dynamo", "transformers.models.pixtral.modeling_pixtral.PixtralVisionModel.forward")
+def _patch_uniform_batch_crops_as_one_reshape(original):
+    """Pattern: without ``image_sizes`` Pixtral's vision tower builds ``[(height, width)] * batch_size`` and crops
+    each image in a list comprehension over ``zip(patch_embeds, image_sizes)``, then loops over the crops for their
+    positions and mask: a Python list as long as the batch, so torch.export pins the batch to the traced size.
+    Every crop is then the whole image, so the packed sequence is one reshape of the batch
+    (:func:`uniform_batch_crops`); the forward is recompiled from its source with that path first, decorators kept.
+    A given ``image_sizes`` (tensors: Mistral3, LightOnOcr) takes the original path. TODO (transformers): no
+    upstream issue found."""
+    return recompiled(original, _UniformBatchFirst(), {_UNIFORM: uniform_batch_crops})

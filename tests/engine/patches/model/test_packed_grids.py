@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.patches.model.packed_grids import REPLACEMENTS, frame_index, pixel_shuffle_index, vectorized_helper, vectorized_vision_grids
+from tests.engine.patches.export_checks import assert_exports_and_runs
 from tests.engine.patches.model.test_packed_attention import sample_images, tiny_vision_tower
 
 vision_utils = pytest.importorskip("transformers.vision_utils")
@@ -154,3 +155,34 @@ def test_window_permutation_sizes_tied_to_the_packed_input():
             expected = eager(**sample(tokens))
         got = next(iter(run_exported(artifact, sample(tokens)).values()))
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def _tiny_pixtral():
+    from transformers import PixtralVisionConfig, PixtralVisionModel
+
+    config = PixtralVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                 head_dim=8, image_size=32, patch_size=4, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    return PixtralVisionModel(config).eval()
+
+
+def test_uniform_batch_crops_equal_the_per_image_loop():
+    """The recompiled forward's uniform path gives the per-image loop's packed output, for other batches and sizes
+    (to float32 rounding: the packed tokens are laid out by one reshape instead of a concatenation)."""
+    from engine.patches.model.packed_grids import _patch_uniform_batch_crops_as_one_reshape
+
+    model = _tiny_pixtral()
+    patched = _patch_uniform_batch_crops_as_one_reshape(type(model).forward)
+    assert patched is not type(model).forward
+    for shape in ((2, 3, 16, 24), (3, 3, 8, 8), (1, 3, 12, 16)):
+        pixel_values = torch.randn(shape)
+        with torch.no_grad():
+            expected, got = model(pixel_values), patched(model, pixel_values)
+        torch.testing.assert_close(got.last_hidden_state, expected.last_hidden_state, rtol=1e-6, atol=1e-6)
+
+
+def test_a_uniform_image_batch_exports_for_any_batch():
+    """Traced with two images, the program runs three of another size (the per-image list pinned the batch)."""
+    model = _tiny_pixtral()
+    assert_exports_and_runs(model, {"pixel_values": torch.randn(2, 3, 16, 24)},
+                            {"pixel_values": torch.randn(3, 3, 12, 8)}, "dynamo", tolerance=1e-5)
