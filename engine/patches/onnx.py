@@ -196,6 +196,29 @@ def _fix_scalar_first_arithmetic_promoted(gm: torch.fx.GraphModule, node: torch.
     return True
 
 
+#: squeezes that name their dims: torch keeps one in the graph when it cannot tell the dim is 1
+_SQUEEZES_OF_DIMS = {torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims}
+
+
+@register_fx_node_fix("onnx")
+def _fix_squeeze_traced_as_no_op(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Drop a squeeze whose traced output keeps every dim of its input.
+
+    Pattern: ``features.squeeze(0)`` on a dim of data-dependent size (Mistral3's merged image patches): torch takes
+    ``size == 1`` as false, so the traced output keeps the dim, but the graph keeps ``aten.squeeze.dim``, which
+    torchlib translates to ONNX ``Squeeze`` (``aten_squeeze_dim``); ONNX's Squeeze raises on a dim that is not 1
+    ('Dimension of input 0 must be 1 instead of 8'; torch's is then a no-op: https://github.com/onnx/onnx/issues/3764).
+    The traced program does not squeeze, so the node becomes an ``alias`` of its input (its name kept: it may be an
+    output of the program)."""
+    if node.op != "call_function" or node.target not in _SQUEEZES_OF_DIMS:
+        return False
+    result, operand = node.meta.get("val"), getattr(node.args[0], "meta", {}).get("val")
+    if not (isinstance(result, torch.Tensor) and isinstance(operand, torch.Tensor) and result.dim() == operand.dim()):
+        return False
+    node.target, node.args, node.kwargs = torch.ops.aten.alias.default, (node.args[0],), {}
+    return True
+
+
 # ── Speed: torch.onnx and onnxscript internals ──────────────────────────────────────────────────────────────
 # The same ONNX model, without work torch.onnx.export repeats on every call or every node.
 

@@ -284,29 +284,41 @@ def _patch_frame_index_without_a_loop(original):
 #: ``num_patches = int(patches_per_video.sum())``)
 
 
-def uniform_batch_crops(model: torch.nn.Module, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Pixtral's packed sequence for a batch of images of one size: every image's patches one after another (the
-    crops are whole images), each image's own (row, column) positions, and a block-diagonal mask that keeps the
-    images apart: ``PixtralTransformer``'s inputs, computed for any batch and image size."""
+def packed_crops(model: torch.nn.Module, pixel_values: torch.Tensor,
+                 image_sizes: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Pixtral's packed sequence, for any batch and image sizes: each image's patches cropped to its own size
+    (``image_sizes // patch_size``; none given: the whole image), one image after another, with each image's own
+    (row, column) positions and a block-diagonal mask that keeps the images apart: ``PixtralTransformer``'s inputs."""
     patch_embeds = model.patch_conv(pixel_values.to(dtype=model.patch_conv.weight.dtype))
     batch, width, rows, cols = patch_embeds.shape
-    inputs_embeds = model.ln_pre(patch_embeds.flatten(2).transpose(1, 2).reshape(1, -1, width))
-    row, col = torch.meshgrid(torch.arange(rows, device=patch_embeds.device),
-                              torch.arange(cols, device=patch_embeds.device), indexing="ij")
-    position_ids = torch.stack([row.flatten(), col.flatten()], dim=-1).repeat(batch, 1)
-    image = torch.arange(batch * rows * cols, device=patch_embeds.device) // (rows * cols)
-    blocked = torch.full((), torch.finfo(inputs_embeds.dtype).min, dtype=inputs_embeds.dtype, device=image.device)
+    device = patch_embeds.device
+    grid = (batch, rows, cols)
+    row = torch.arange(rows, device=device)[None, :, None].expand(grid)
+    col = torch.arange(cols, device=device)[None, None, :].expand(grid)
+    image = torch.arange(batch, device=device)[:, None, None].expand(grid)
+    tokens = patch_embeds.permute(0, 2, 3, 1)
+    if image_sizes is None:  # every crop is the whole image
+        tokens, row, col, image = tokens.reshape(-1, width), row.reshape(-1), col.reshape(-1), image.reshape(-1)
+    else:
+        sizes = torch.as_tensor(image_sizes, device=device) // model.patch_size
+        keep = (row < sizes[:, 0, None, None]) & (col < sizes[:, 1, None, None])
+        tokens, row, col, image = tokens[keep], row[keep], col[keep], image[keep]
+        # the packed length is read from image_sizes; the program takes two patches or more (SDPA asks `q_length > 1`)
+        torch._check(tokens.shape[0] > 1)
+    inputs_embeds = model.ln_pre(tokens[None])
+    blocked = torch.full((), torch.finfo(inputs_embeds.dtype).min, dtype=inputs_embeds.dtype, device=device)
     attention_mask = torch.where(image[:, None] == image[None, :], 0.0, blocked).to(inputs_embeds.dtype)
+    position_ids = torch.stack([row, col], dim=-1)
     return {"inputs_embeds": inputs_embeds, "attention_mask": attention_mask[None, None],
             "position_embeddings": model.patch_positional_embedding(inputs_embeds, position_ids)}
 
 
-_UNIFORM = "__uniform_batch_crops__"
+_PACKED = "__packed_crops__"
 
 
-class _UniformBatchFirst(ast.NodeTransformer):
-    """Puts ``if image_sizes is None and not <flash>: return self.transformer(**<uniform_batch_crops>, **kwargs)``
-    first in a forward that crops each image by ``zip(patch_embeds, image_sizes)``."""
+class _PackedCropsFirst(ast.NodeTransformer):
+    """Puts ``if not <flash>: return self.transformer(**<packed_crops>, **kwargs)`` first in a forward that crops
+    each image by ``zip(patch_embeds, image_sizes)``."""
 
     matched = 0
 
@@ -316,20 +328,61 @@ class _UniformBatchFirst(ast.NodeTransformer):
                     for n in ast.walk(node))
         if crops and not self.matched:
             self.matched += 1
-            first = ast.parse("if image_sizes is None and not is_flash_attention_requested(self.config):\n"
-                              f"    return self.transformer(**{_UNIFORM}(self, pixel_values), **kwargs)").body
+            first = ast.parse("if not is_flash_attention_requested(self.config):\n"
+                              f"    return self.transformer(**{_PACKED}(self, pixel_values, image_sizes), **kwargs)").body
             docstring = int(bool(ast.get_docstring(node)))
             node.body[docstring:docstring] = first
         return node
 
 
 @register_patch("dynamo", "transformers.models.pixtral.modeling_pixtral.PixtralVisionModel.forward")
-def _patch_uniform_batch_crops_as_one_reshape(original):
-    """Pattern: without ``image_sizes`` Pixtral's vision tower builds ``[(height, width)] * batch_size`` and crops
-    each image in a list comprehension over ``zip(patch_embeds, image_sizes)``, then loops over the crops for their
-    positions and mask: a Python list as long as the batch, so torch.export pins the batch to the traced size.
-    Every crop is then the whole image, so the packed sequence is one reshape of the batch
-    (:func:`uniform_batch_crops`); the forward is recompiled from its source with that path first, decorators kept.
-    A given ``image_sizes`` (tensors: Mistral3, LightOnOcr) takes the original path. TODO (transformers): no
+def _patch_crops_without_a_per_image_loop(original):
+    """Pattern: Pixtral's vision tower crops each image to its size in a list comprehension over
+    ``zip(patch_embeds, image_sizes)`` (without ``image_sizes``: ``[(height, width)] * batch_size``), then loops over
+    the crops for their positions and mask. The list pins the batch to the traced size, and sizes read from the
+    ``image_sizes`` tensor reach SDPA's ``q_length > 1`` as a guard. Rewrite: the forward recompiled from its
+    source (decorators kept) with :func:`packed_crops` first: one selection of every image's patches (a reshape
+    without ``image_sizes``), positions and a block-diagonal mask from each patch's image, row and column. With
+    ``image_sizes`` the program takes two patches or more in all. TODO (transformers): no upstream issue found."""
+    return recompiled(original, _PackedCropsFirst(), {_PACKED: packed_crops})
+
+
+def merged_patches(image_features: torch.Tensor, image_sizes: torch.Tensor, patch_size: int,
+                   merge: int) -> torch.Tensor:
+    """Each image's ``merge x merge`` blocks of patches, the rows of ``unfold(kernel=stride=merge)`` of its
+    ``(h, w)`` grid (``image_sizes // patch_size``), for every image at once: ``image_features`` holds the images'
+    patches one after another, row by row; a block's row is its patches' features, channel by channel, each over
+    the block in row order (unfold's layout)."""
+    sizes = torch.as_tensor(image_sizes, device=image_features.device) // patch_size
+    rows, cols = sizes[:, 0], sizes[:, 1]
+    image, block, _ = images_of_positions((rows // merge) * (cols // merge))
+    first_patch = (rows * cols).cumsum(0) - rows * cols
+    block_cols = (cols // merge)[image]
+    top = (block // block_cols) * merge
+    left = (block % block_cols) * merge
+    offsets = torch.arange(merge, device=image_features.device)
+    patch = (first_patch[image, None, None] + (top[:, None, None] + offsets[None, :, None]) * cols[image, None, None]
+             + left[:, None, None] + offsets[None, None, :])
+    blocks = image_features[patch.reshape(-1)].reshape(patch.shape[0], merge * merge, image_features.shape[-1])
+    return blocks.transpose(1, 2).reshape(patch.shape[0], merge * merge * image_features.shape[-1])
+
+
+#: Pixtral-tower projectors that merge each image's patches with a per-image unfold
+_PATCH_MERGERS = {"mistral3": "Mistral3PatchMerger", "mistral_large4": "MistralLarge4PatchMerger",
+                  "lighton_ocr": "LightOnOcrPatchMerger"}
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}.forward" for m, c in _PATCH_MERGERS.items()))
+def _patch_merger_without_a_per_image_loop(original):
+    """Pattern: the patch merger after Pixtral's tower splits its packed patches per image by
+    ``tokens_per_image`` (a list over the ``image_sizes`` tensor) and unfolds each image's grid in a Python loop:
+    the loop pins the number of images and the grid sizes are values read from an input. The same rows by one
+    gather over every image's blocks (:func:`merged_patches`), then the merging layer. TODO (transformers): no
     upstream issue found."""
-    return recompiled(original, _UniformBatchFirst(), {_UNIFORM: uniform_batch_crops})
+
+    @functools.wraps(original)
+    def forward(self, image_features: torch.Tensor, image_sizes: torch.Tensor) -> torch.Tensor:
+        merged = merged_patches(image_features, image_sizes, self.patch_size, self.spatial_merge_size)
+        return self.merging_layer(merged)
+
+    return forward

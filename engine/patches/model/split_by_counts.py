@@ -68,6 +68,32 @@ def _tolist_of(node: ast.AST) -> ast.AST | None:
     return None
 
 
+_ROW_ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
+
+
+def _per_row_sizes(node: ast.AST) -> tuple[list[str], ast.AST, ast.AST] | None:
+    """``(names, elt, T)`` where ``node`` is ``[elt for a, b in T]`` and ``elt`` is integer arithmetic of ``a``,
+    ``b``, constants and attributes (``[(h // r) * (w // r) for h, w in image_sizes]``)."""
+    if not (isinstance(node, ast.ListComp) and len(node.generators) == 1):
+        return None
+    gen = node.generators[0]
+    if gen.ifs or gen.is_async or not isinstance(gen.target, ast.Tuple) or not isinstance(gen.iter, ast.Name):
+        return None
+    names = [getattr(t, "id", None) for t in gen.target.elts]
+    allowed = (ast.BinOp, ast.Name, ast.Constant, ast.Attribute, ast.Load, *_ROW_ARITHMETIC)
+    if None in names or not all(isinstance(n, allowed) for n in ast.walk(node.elt)):
+        return None
+    return names, node.elt, gen.iter
+
+
+def _columns_applied(names: list[str], elt: ast.AST, rows: ast.AST) -> ast.AST:
+    """``(lambda a, b: elt)(*torch.as_tensor(T).unbind(-1))``: the per-row arithmetic on whole columns."""
+    fn = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in names], kwonlyargs=[],
+                                       kw_defaults=[], defaults=[]), body=elt)
+    columns = ast.parse(f"torch.as_tensor({rows.id}).unbind(-1)", mode="eval").body
+    return ast.Call(func=fn, args=[ast.Starred(value=columns, ctx=ast.Load())], keywords=[])
+
+
 def _helper_call(name: str, args: list[ast.AST], like: ast.AST) -> ast.Call:
     return ast.copy_location(ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=args, keywords=[]), like)
 
@@ -86,8 +112,9 @@ def _split_sizes(node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
 
 class _SplitByTolist(ast.NodeTransformer):
     """``[f.reshape(-1, f.shape[-1]) for f in X.split(Y.tolist())]`` -> ``__split_rows_by_counts__(X, Y)``;
-    ``X.split(Y.tolist())`` (or ``torch.split``) -> ``__ragged_rows__(X, Y)``; ``S = Y.tolist()`` used only as
-    the sizes of ``torch.split(X, S)`` -> ``S = Y`` and ``__ragged_rows__(X, S)``; ``list(...)`` of either -> it."""
+    ``X.split(Y.tolist())`` (or ``torch.split``) -> ``__ragged_rows__(X, Y)``; ``S = Y.tolist()``, or ``S = [<integer
+    arithmetic of a, b> for a, b in T]``, used only as the sizes of ``torch.split(X, S)`` -> ``S = Y`` (the arithmetic
+    on ``T``'s columns) and ``__ragged_rows__(X, S)``; ``list(...)`` of either -> it."""
 
     def __init__(self):
         self.matched = 0
@@ -95,7 +122,8 @@ class _SplitByTolist(ast.NodeTransformer):
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         assigned = {stmt.targets[0].id for stmt in ast.walk(node) if isinstance(stmt, ast.Assign)
-                    and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) and _tolist_of(stmt.value)}
+                    and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                    and (_tolist_of(stmt.value) or _per_row_sizes(stmt.value))}
         as_sizes = {id(split[1]) for call in ast.walk(node) if (split := _split_sizes(call))}
         uses: dict[str, list[ast.Name]] = {}
         for name in ast.walk(node):
@@ -110,6 +138,9 @@ class _SplitByTolist(ast.NodeTransformer):
     def visit_Assign(self, node: ast.Assign) -> ast.AST:
         self.generic_visit(node)
         counts = _tolist_of(node.value)
+        per_row = _per_row_sizes(node.value)
+        if counts is None and per_row is not None:
+            counts = _columns_applied(*per_row)
         if counts is not None and isinstance(node.targets[0], ast.Name) and node.targets[0].id in self.sizes_names:
             node.value = counts
         return node
@@ -254,11 +285,13 @@ def _patch_conv_chunks_as_one_batch(original):
     return recompiled(original, _BatchSplitForMemoryAsOnePiece())
 
 
-#: packed vision towers that reorder their merged tokens into attention windows by ``permute_input_for_window_attn``
+#: models whose ``get_image_features`` split the per-sample ``pooler_output`` by sizes read from a tensor
 _SPLIT_BY_TOLIST_MODELS = {"idefics2": "Idefics2Model", "idefics3": "Idefics3Model", "smolvlm": "SmolVLMModel",
                            "modernvbert": "ModernVBertModel", "ultravbert": "UltraVBertModel",
                            "granite_docling": "GraniteDoclingModel", "inkling2": "Inkling2Model",
-                           "inkling2_loop": "Inkling2LoopModel", "lfm2_vl": "Lfm2VlModel"}
+                           "inkling2_loop": "Inkling2LoopModel", "lfm2_vl": "Lfm2VlModel",
+                           "mistral3": "Mistral3Model", "mistral_large4": "MistralLarge4Model",
+                           "lighton_ocr": "LightOnOcrModel"}
 
 
 @register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}.get_image_features"
@@ -266,7 +299,8 @@ _SPLIT_BY_TOLIST_MODELS = {"idefics2": "Idefics2Model", "idefics3": "Idefics3Mod
 def _patch_split_by_tolist_as_ragged_rows(original):
     """Pattern: ``[f.reshape(-1, f.shape[-1]) for f in feats.split(counts.tolist())]``, the per-sample
     ``pooler_output`` (GraniteDocling, Inkling2: a ``split`` by a ``.tolist()``; Lfm2-VL: ``list(torch.split(rows,
-    sizes))``), which every caller ``torch.cat``s again: ``tolist()`` of a per-sample tensor pins the batch
+    sizes))``; LightOnOCR: sizes from a list over ``image_sizes``' rows), which every caller ``torch.cat``s again:
+    ``tolist()`` of a per-sample tensor, or a list over its rows, pins the batch
     (``Eq(batch, 2)``). Rewrite: that expression as one ragged value; the model concatenates the same rows, and every
     runner gives back eager's per-sample leaves. No upstream issue found; TODO (transformers): keep
     ``pooler_output`` unsplit, or split by a tensor of counts outside the traced forward."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -166,23 +167,53 @@ def _tiny_pixtral():
     return PixtralVisionModel(config).eval()
 
 
-def test_uniform_batch_crops_equal_the_per_image_loop():
-    """The recompiled forward's uniform path gives the per-image loop's packed output, for other batches and sizes
-    (to float32 rounding: the packed tokens are laid out by one reshape instead of a concatenation)."""
-    from engine.patches.model.packed_grids import _patch_uniform_batch_crops_as_one_reshape
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 6)), min_size=1, max_size=3), st.booleans())
+def test_packed_crops_equal_the_per_image_loop(grids, sizes_given):
+    """The recompiled forward's packed path gives the per-image loop's output, for any batch and image sizes, with
+    ``image_sizes`` (each image cropped) or without (to float32 rounding: the packed tokens are gathered or laid
+    out by one reshape instead of a concatenation)."""
+    from engine.patches.model.packed_grids import _patch_crops_without_a_per_image_loop
 
     model = _tiny_pixtral()
-    patched = _patch_uniform_batch_crops_as_one_reshape(type(model).forward)
+    patched = _patch_crops_without_a_per_image_loop(type(model).forward)
     assert patched is not type(model).forward
-    for shape in ((2, 3, 16, 24), (3, 3, 8, 8), (1, 3, 12, 16)):
-        pixel_values = torch.randn(shape)
-        with torch.no_grad():
-            expected, got = model(pixel_values), patched(model, pixel_values)
-        torch.testing.assert_close(got.last_hidden_state, expected.last_hidden_state, rtol=1e-6, atol=1e-6)
+    rows, cols = max(g[0] for g in grids), max(g[1] for g in grids)
+    pixel_values = torch.randn(len(grids), 3, 4 * rows, 4 * cols)
+    image_sizes = torch.tensor([(4 * r, 4 * c) for r, c in grids]) if sizes_given else None
+    if not sizes_given:
+        pixel_values = pixel_values[..., : 4 * grids[0][0], : 4 * grids[0][1]]
+    with torch.no_grad():
+        expected, got = model(pixel_values, image_sizes), patched(model, pixel_values, image_sizes)
+    torch.testing.assert_close(got.last_hidden_state, expected.last_hidden_state, rtol=1e-6, atol=1e-6)
 
 
-def test_a_uniform_image_batch_exports_for_any_batch():
-    """Traced with two images, the program runs three of another size (the per-image list pinned the batch)."""
+@pytest.mark.parametrize("sizes_given", [False, True])
+def test_a_pixtral_tower_exports_for_any_batch_and_image_sizes(sizes_given):
+    """Traced with two images, the program runs three of other sizes (the per-image list pinned the batch, and the
+    sizes read from ``image_sizes`` met a guard in SDPA)."""
     model = _tiny_pixtral()
-    assert_exports_and_runs(model, {"pixel_values": torch.randn(2, 3, 16, 24)},
-                            {"pixel_values": torch.randn(3, 3, 12, 8)}, "dynamo", tolerance=1e-5)
+    trace = {"pixel_values": torch.randn(2, 3, 16, 24)}
+    run = {"pixel_values": torch.randn(3, 3, 12, 8)}
+    if sizes_given:
+        trace["image_sizes"] = torch.tensor([[16, 24], [8, 20]])
+        run["image_sizes"] = torch.tensor([[12, 8], [4, 8], [8, 4]])
+    assert_exports_and_runs(model, trace, run, "dynamo", tolerance=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=1, max_size=3), st.sampled_from([1, 2, 3]))
+def test_merged_patches_equal_the_per_image_unfold(extra, merge):
+    """The gather gives the rows of each image's unfold, for any grid of at least one block (remainders dropped:
+    unfold refuses a smaller one) and merge size."""
+    from engine.patches.model.packed_grids import merged_patches
+
+    grids = [(merge + r, merge + c) for r, c in extra]
+    width = 3
+    features = torch.randn(sum(r * c for r, c in grids), width)
+    expected = []
+    for tokens, (r, c) in zip(features.split([r * c for r, c in grids]), grids):
+        grid = tokens.view(r, c, width).permute(2, 0, 1).unsqueeze(0)
+        expected.append(F.unfold(grid, kernel_size=merge, stride=merge).view(width * merge * merge, -1).t())
+    got = merged_patches(features, torch.tensor([(4 * r, 4 * c) for r, c in grids]), 4, merge)
+    torch.testing.assert_close(got, torch.cat(expected), rtol=0, atol=0)

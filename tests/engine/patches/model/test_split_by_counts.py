@@ -64,12 +64,32 @@ class PerSampleTiles(torch.nn.Module):
                 "pooler_output": pooled, "deepstack": deep}
 
 
+class PerImageSizes(torch.nn.Module):
+    """LightOnOCR's pattern: the split sizes are a list over the rows of ``image_sizes`` (integer arithmetic of each
+    image's height and width)."""
+
+    ratio = 4
+
+    def get_image_features(self, features, image_sizes):
+        downsample_ratio = self.ratio
+        split_sizes = [(height // downsample_ratio) * (width // downsample_ratio) for height, width in image_sizes]
+        return torch.split(features, split_sizes)
+
+    def forward(self, features, image_sizes):
+        pooled = self.get_image_features(features, image_sizes)
+        return {"merged": torch.cat(pooled, dim=0), "pooler_output": pooled}
+
+
 class Rewritten(PerSampleImages):
     get_image_features = rewrite_split_by_tolist(PerSampleImages.get_image_features)
 
 
 class RewrittenTiles(PerSampleTiles):
     get_image_features = rewrite_split_by_tolist(PerSampleTiles.get_image_features)
+
+
+class RewrittenSizes(PerImageSizes):
+    get_image_features = rewrite_split_by_tolist(PerImageSizes.get_image_features)
 
 
 def _images(counts: list[int], slots: int, seed: int = 0) -> torch.Tensor:
@@ -123,6 +143,20 @@ def test_split_sizes_by_name_read_as_the_lists_they_replace(counts, seed):
     with torch.no_grad():
         expected = get_leaf_tensors(original(**inputs))
         got = get_leaf_tensors(rewritten(**inputs))
+    assert list(got) == list(expected)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 13), st.integers(0, 13)), min_size=1, max_size=4))
+def test_split_sizes_from_each_row_read_as_the_lists_they_replace(sizes):
+    """A list over ``image_sizes``' rows is the same arithmetic on its columns: the ragged value reads as the split."""
+    assert RewrittenSizes.get_image_features is not PerImageSizes.get_image_features
+    image_sizes = torch.tensor(sizes)
+    features = torch.randn(int(((image_sizes // 4).prod(-1)).sum()), 3)
+    expected = get_leaf_tensors(PerImageSizes()(features, image_sizes))
+    got = get_leaf_tensors(RewrittenSizes()(features, image_sizes))
     assert list(got) == list(expected)
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0)
