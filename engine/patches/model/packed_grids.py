@@ -386,3 +386,52 @@ def _patch_merger_without_a_per_image_loop(original):
         return self.merging_layer(merged)
 
     return forward
+
+
+def antialiased_bilinear_weights(index: torch.Tensor, size: torch.Tensor, source: int) -> torch.Tensor:
+    """Row ``index`` of ``F.interpolate(mode="bilinear", align_corners=False, antialias=True)``'s weights from
+    ``source`` positions to ``size`` (both per row of ``index``): the triangle filter, widened by the scale when
+    shrinking, over the window the kernel visits, normalised to sum to 1."""
+    scale = source / size.double()
+    support = scale.clamp(min=1.0)
+    center = scale * (index.double() + 0.5)
+    first = torch.trunc(center - support + 0.5).clamp(min=0)
+    end = torch.trunc(center + support + 0.5).clamp(max=source)
+    taps = torch.arange(source, dtype=torch.float64, device=index.device)
+    weights = (1 - ((taps - center[:, None] + 0.5) / support[:, None]).abs()).clamp(min=0)
+    weights = torch.where((taps >= first[:, None]) & (taps < end[:, None]), weights, 0.0)
+    total = weights.sum(-1, keepdim=True)
+    return weights / torch.where(total == 0, 1.0, total)
+
+
+def resized_grid_embeddings(grid: torch.Tensor, grid_thw: torch.Tensor, merge: int) -> torch.Tensor:
+    """A learned ``(side, side, dim)`` position grid resized (antialiased bilinear) to every packed frame's
+    ``(h, w)`` and read at each packed position's (row, column) in spatial-merge-block order."""
+    p = packed_positions(grid_thw, merge)
+    rows = antialiased_bilinear_weights(p["row"], p["height"], grid.shape[0])
+    cols = antialiased_bilinear_weights(p["col"], p["width"], grid.shape[1])
+    by_row = torch.einsum("pj,jkd->pkd", rows, grid.double())
+    return torch.einsum("pkd,pk->pd", by_row, cols).to(grid.dtype)
+
+
+@register_patch("dynamo", "transformers.models.cosmos3_edge.modeling_cosmos3_edge.Cosmos3EdgeVisionEmbeddings.forward")
+def _patch_position_grid_resized_without_a_per_image_loop(original):
+    """Pattern: Cosmos3-Edge resizes its learned position grid to each image's size in a loop over
+    ``grid_thw.tolist()`` (``F.interpolate(size=(h, w), antialias=True)``, modeling_cosmos3_edge.py:385): sizes read
+    from an input, which the upsample's own check ``output_size > 0`` guards on. Rewrite: each packed position's
+    embedding from the separable filter weights of its row and column (:func:`resized_grid_embeddings`), with the
+    packed count checked against ``grid_thw`` as the original does. (Eager's CPU kernel is wrong at an output width
+    of 1, every row taking the first row's weights; this computes the filter there, and the merge size keeps
+    widths even.) TODO (transformers): no upstream issue found."""
+
+    @functools.wraps(original)
+    def forward(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
+        patch_embeds = self.patch_embedding(pixel_values.to(dtype=self.patch_embedding.weight.dtype))
+        side = self.position_embedding_size
+        grid = self.position_embedding.weight.reshape(side, side, -1)
+        positions = resized_grid_embeddings(grid, grid_thw, self.config.spatial_merge_size)
+        torch._check(patch_embeds.shape[0] == positions.shape[0],
+                     lambda: "The packed visual patch count does not match `grid_thw`.")
+        return patch_embeds + positions
+
+    return forward

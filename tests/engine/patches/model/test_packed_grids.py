@@ -217,3 +217,42 @@ def test_merged_patches_equal_the_per_image_unfold(extra, merge):
         expected.append(F.unfold(grid, kernel_size=merge, stride=merge).view(width * merge * merge, -1).t())
     got = merged_patches(features, torch.tensor([(4 * r, 4 * c) for r, c in grids]), 4, merge)
     torch.testing.assert_close(got, torch.cat(expected), rtol=0, atol=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 2), st.integers(1, 5), st.integers(1, 5)), min_size=1, max_size=3),
+       st.sampled_from([3, 4, 7]))
+def test_resized_grid_embeddings_equal_the_per_image_interpolation(grids, side):
+    """Cosmos3-Edge's per-image antialiased resize (shrinking and growing) read in block order, for any grids."""
+    from transformers.models.cosmos3_edge.modeling_cosmos3_edge import Cosmos3EdgeVisionEmbeddings
+
+    from engine.patches.model.packed_grids import resized_grid_embeddings
+
+    grid_thw = torch.tensor([(t, 2 * h, 2 * w) for t, h, w in grids])
+    grid = torch.randn(side, side, 5)
+    expected = Cosmos3EdgeVisionEmbeddings.resize_positional_embeddings(grid, grid_thw, 2)
+    torch.testing.assert_close(resized_grid_embeddings(grid, grid_thw, 2), expected, rtol=1e-5, atol=1e-5)
+
+
+class _PositionGrid(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.grid = torch.nn.Parameter(torch.randn(4, 4, 6))
+
+    def forward(self, patches, grid_thw):
+        from engine.patches.model.packed_grids import resized_grid_embeddings
+
+        positions = resized_grid_embeddings(self.grid, grid_thw, 2)
+        torch._check(patches.shape[0] == positions.shape[0])
+        return patches + positions
+
+
+def test_a_resized_position_grid_exports_for_any_grids():
+    """Traced at two images, the program takes one and three of other sizes (the loop read each size with
+    ``.tolist()``, which the upsample's size check guards on)."""
+    def sample(grids):
+        grid_thw = torch.tensor(grids)
+        return {"patches": torch.randn(int(grid_thw.prod(-1).sum()), 6), "grid_thw": grid_thw}
+
+    assert_exports_and_runs(_PositionGrid(), sample([(1, 4, 6), (1, 2, 2)]), sample([(2, 6, 2), (1, 8, 8), (1, 2, 4)]),
+                            "dynamo", tolerance=1e-5)
