@@ -9,6 +9,7 @@ named after the pattern (never a model); importing this package registers them a
 ``position_lists``         positions built as Python lists/ints of sizes (Funnel, Reformer, CPM-Ant, ProphetNet)
 ``rope_positions``         multimodal rotary positions (M-RoPE) computed before the graph, passed as ``position_ids``
 ``packed_grids``           packed vision towers' grid helpers (positions, windows, frames) without per-image loops
+``image_grids``            per-image crops, position-grid resizes and patch merges, per packed position
 ``packed_attention``       variable-length attention over ``cu_seqlens`` as one block-diagonal masked SDPA
 ``global_token_attention`` Longformer-style global attention and sliding windows with no data-dependent shape
 ``chunked_attention``      local attention looped window by window, as one block-masked attention
@@ -22,9 +23,9 @@ named after the pattern (never a model); importing this package registers them a
 ``buffer_branches``        Python branches on a small buffer's values (EoMT's schedule), the values as numbers
 =========================  =========================================================================================
 
-A family module imports the registry, :mod:`engine.patches.source_rewrite`, :mod:`engine.swap`, the output types of
-:mod:`engine.stacked_rows`, torch and transformers; never another family, a scope module or an exporter (checked by
-the import-linter contracts in ``pyproject.toml``).
+A family module imports the registry, :mod:`engine.patches.source_rewrite`, :mod:`engine.patches.packed_positions`,
+:mod:`engine.swap`, the output types of :mod:`engine.stacked_rows`, torch and transformers; never another family, a
+scope module or an exporter (checked by the import-linter contracts in ``pyproject.toml``).
 """
 
 # Registration order is the order patches of one dotted path compose in (each wraps the one before).
@@ -34,6 +35,7 @@ from engine.patches.model import (  # noqa: F401
     split_by_counts,
     packed_attention,
     packed_grids,
+    image_grids,
     triangular_solves,
     position_lists,
     conv_geometry,

@@ -291,7 +291,7 @@ _SPLIT_BY_TOLIST_MODELS = {"idefics2": "Idefics2Model", "idefics3": "Idefics3Mod
                            "granite_docling": "GraniteDoclingModel", "inkling2": "Inkling2Model",
                            "inkling2_loop": "Inkling2LoopModel", "lfm2_vl": "Lfm2VlModel",
                            "mistral3": "Mistral3Model", "mistral_large4": "MistralLarge4Model",
-                           "lighton_ocr": "LightOnOcrModel"}
+                           "lighton_ocr": "LightOnOcrModel", "hy_v4_vl": "HYV4VLModel"}
 
 
 @register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}.get_image_features"

@@ -1,0 +1,278 @@
+"""Per-image loops over image grids (crops, resized position grids, patch mergers) computed per packed position.
+
+Pattern: a vision tower or its projector loops over the images in Python, reading each image's size from an input
+(``image_sizes``, ``grid_thw``): it crops each image's patches, resizes a learned position grid to each image's size,
+or merges each image's patches in blocks. The loop pins the number of images, and the sizes read from the input are
+data-dependent (``int()`` of them fails, and the ops they size guard on them). Each packed position's image, frame,
+row and column is a function of its index (:mod:`engine.patches.packed_positions`), so the same tensors come from
+one selection or gather over every image: the crops as a mask, a resize as each position's separable filter
+weights, a block merge as a gather of each block's patches. Hypothesis tests check each against the loop.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+
+import torch
+
+from engine.patches.packed_positions import images_of_positions, packed_positions
+from engine.patches.registry import register_patch
+from engine.patches.source_rewrite import recompiled
+
+
+def packed_crops(model: torch.nn.Module, pixel_values: torch.Tensor,
+                 image_sizes: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Pixtral's packed sequence, for any batch and image sizes: each image's patches cropped to its own size
+    (``image_sizes // patch_size``; none given: the whole image), one image after another, with each image's own
+    (row, column) positions and a block-diagonal mask that keeps the images apart: ``PixtralTransformer``'s inputs."""
+    patch_embeds = model.patch_conv(pixel_values.to(dtype=model.patch_conv.weight.dtype))
+    batch, width, rows, cols = patch_embeds.shape
+    device = patch_embeds.device
+    grid = (batch, rows, cols)
+    row = torch.arange(rows, device=device)[None, :, None].expand(grid)
+    col = torch.arange(cols, device=device)[None, None, :].expand(grid)
+    image = torch.arange(batch, device=device)[:, None, None].expand(grid)
+    tokens = patch_embeds.permute(0, 2, 3, 1)
+    if image_sizes is None:  # every crop is the whole image
+        tokens, row, col, image = tokens.reshape(-1, width), row.reshape(-1), col.reshape(-1), image.reshape(-1)
+    else:
+        sizes = torch.as_tensor(image_sizes, device=device) // model.patch_size
+        keep = (row < sizes[:, 0, None, None]) & (col < sizes[:, 1, None, None])
+        tokens, row, col, image = tokens[keep], row[keep], col[keep], image[keep]
+        # the packed length is read from image_sizes; the program takes two patches or more (SDPA asks `q_length > 1`)
+        torch._check(tokens.shape[0] > 1)
+    inputs_embeds = model.ln_pre(tokens[None])
+    blocked = torch.full((), torch.finfo(inputs_embeds.dtype).min, dtype=inputs_embeds.dtype, device=device)
+    attention_mask = torch.where(image[:, None] == image[None, :], 0.0, blocked).to(inputs_embeds.dtype)
+    position_ids = torch.stack([row, col], dim=-1)
+    return {"inputs_embeds": inputs_embeds, "attention_mask": attention_mask[None, None],
+            "position_embeddings": model.patch_positional_embedding(inputs_embeds, position_ids)}
+
+
+_PACKED = "__packed_crops__"
+
+
+class _PackedCropsFirst(ast.NodeTransformer):
+    """Puts ``if not <flash>: return self.transformer(**<packed_crops>, **kwargs)`` first in a forward that crops
+    each image by ``zip(patch_embeds, image_sizes)``."""
+
+    matched = 0
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        crops = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "zip"
+                    and [getattr(a, "id", None) for a in n.args] == ["patch_embeds", "image_sizes"]
+                    for n in ast.walk(node))
+        if crops and not self.matched:
+            self.matched += 1
+            first = ast.parse("if not is_flash_attention_requested(self.config):\n"
+                              f"    return self.transformer(**{_PACKED}(self, pixel_values, image_sizes), **kwargs)").body
+            docstring = int(bool(ast.get_docstring(node)))
+            node.body[docstring:docstring] = first
+        return node
+
+
+@register_patch("dynamo", "transformers.models.pixtral.modeling_pixtral.PixtralVisionModel.forward")
+def _patch_crops_without_a_per_image_loop(original):
+    """Pattern: Pixtral's vision tower crops each image to its size in a list comprehension over
+    ``zip(patch_embeds, image_sizes)`` (without ``image_sizes``: ``[(height, width)] * batch_size``), then loops over
+    the crops for their positions and mask. The list pins the batch to the traced size, and sizes read from the
+    ``image_sizes`` tensor reach SDPA's ``q_length > 1`` as a guard. Rewrite: the forward recompiled from its
+    source (decorators kept) with :func:`packed_crops` first: one selection of every image's patches (a reshape
+    without ``image_sizes``), positions and a block-diagonal mask from each patch's image, row and column. With
+    ``image_sizes`` the program takes two patches or more in all. TODO (transformers): no upstream issue found."""
+    return recompiled(original, _PackedCropsFirst(), {_PACKED: packed_crops})
+
+
+def merged_patches(image_features: torch.Tensor, image_sizes: torch.Tensor, patch_size: int,
+                   merge: int) -> torch.Tensor:
+    """Each image's ``merge x merge`` blocks of patches, the rows of ``unfold(kernel=stride=merge)`` of its
+    ``(h, w)`` grid (``image_sizes // patch_size``), for every image at once: ``image_features`` holds the images'
+    patches one after another, row by row; a block's row is its patches' features, channel by channel, each over
+    the block in row order (unfold's layout)."""
+    sizes = torch.as_tensor(image_sizes, device=image_features.device) // patch_size
+    rows, cols = sizes[:, 0], sizes[:, 1]
+    image, block, _ = images_of_positions((rows // merge) * (cols // merge))
+    first_patch = (rows * cols).cumsum(0) - rows * cols
+    block_cols = (cols // merge)[image]
+    top = (block // block_cols) * merge
+    left = (block % block_cols) * merge
+    offsets = torch.arange(merge, device=image_features.device)
+    patch = (first_patch[image, None, None] + (top[:, None, None] + offsets[None, :, None]) * cols[image, None, None]
+             + left[:, None, None] + offsets[None, None, :])
+    blocks = image_features[patch.reshape(-1)].reshape(patch.shape[0], merge * merge, image_features.shape[-1])
+    return blocks.transpose(1, 2).reshape(patch.shape[0], merge * merge * image_features.shape[-1])
+
+
+#: Pixtral-tower projectors that merge each image's patches with a per-image unfold
+_PATCH_MERGERS = {"mistral3": "Mistral3PatchMerger", "mistral_large4": "MistralLarge4PatchMerger",
+                  "lighton_ocr": "LightOnOcrPatchMerger"}
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}.forward" for m, c in _PATCH_MERGERS.items()))
+def _patch_merger_without_a_per_image_loop(original):
+    """Pattern: the patch merger after Pixtral's tower splits its packed patches per image by
+    ``tokens_per_image`` (a list over the ``image_sizes`` tensor) and unfolds each image's grid in a Python loop:
+    the loop pins the number of images and the grid sizes are values read from an input. The same rows by one
+    gather over every image's blocks (:func:`merged_patches`), then the merging layer. TODO (transformers): no
+    upstream issue found."""
+
+    @functools.wraps(original)
+    def forward(self, image_features: torch.Tensor, image_sizes: torch.Tensor) -> torch.Tensor:
+        merged = merged_patches(image_features, image_sizes, self.patch_size, self.spatial_merge_size)
+        return self.merging_layer(merged)
+
+    return forward
+
+
+def antialiased_bilinear_weights(index: torch.Tensor, size: torch.Tensor, source: int) -> torch.Tensor:
+    """Row ``index`` of ``F.interpolate(mode="bilinear", align_corners=False, antialias=True)``'s weights from
+    ``source`` positions to ``size`` (both per row of ``index``): the triangle filter, widened by the scale when
+    shrinking, over the window the kernel visits, normalised to sum to 1."""
+    scale = source / size.double()
+    support = scale.clamp(min=1.0)
+    center = scale * (index.double() + 0.5)
+    first = torch.trunc(center - support + 0.5).clamp(min=0)
+    end = torch.trunc(center + support + 0.5).clamp(max=source)
+    taps = torch.arange(source, dtype=torch.float64, device=index.device)
+    weights = (1 - ((taps - center[:, None] + 0.5) / support[:, None]).abs()).clamp(min=0)
+    weights = torch.where((taps >= first[:, None]) & (taps < end[:, None]), weights, 0.0)
+    total = weights.sum(-1, keepdim=True)
+    return weights / torch.where(total == 0, 1.0, total)
+
+
+def resized_grid_embeddings(grid: torch.Tensor, grid_thw: torch.Tensor, merge: int) -> torch.Tensor:
+    """A learned ``(side, side, dim)`` position grid resized (antialiased bilinear) to every packed frame's
+    ``(h, w)`` and read at each packed position's (row, column) in spatial-merge-block order."""
+    p = packed_positions(grid_thw, merge)
+    rows = antialiased_bilinear_weights(p["row"], p["height"], grid.shape[0])
+    cols = antialiased_bilinear_weights(p["col"], p["width"], grid.shape[1])
+    by_row = torch.einsum("pj,jkd->pkd", rows, grid.double())
+    return torch.einsum("pkd,pk->pd", by_row, cols).to(grid.dtype)
+
+
+@register_patch("dynamo", "transformers.models.cosmos3_edge.modeling_cosmos3_edge.Cosmos3EdgeVisionEmbeddings.forward")
+def _patch_position_grid_resized_without_a_per_image_loop(original):
+    """Pattern: Cosmos3-Edge resizes its learned position grid to each image's size in a loop over
+    ``grid_thw.tolist()`` (``F.interpolate(size=(h, w), antialias=True)``, modeling_cosmos3_edge.py:385): sizes read
+    from an input, which the upsample's own check ``output_size > 0`` guards on. Rewrite: each packed position's
+    embedding from the separable filter weights of its row and column (:func:`resized_grid_embeddings`), with the
+    packed count checked against ``grid_thw`` as the original does. (Eager's CPU kernel is wrong at an output width
+    of 1, every row taking the first row's weights; this computes the filter there, and the merge size keeps
+    widths even.) TODO (transformers): no upstream issue found."""
+
+    @functools.wraps(original)
+    def forward(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
+        patch_embeds = self.patch_embedding(pixel_values.to(dtype=self.patch_embedding.weight.dtype))
+        side = self.position_embedding_size
+        grid = self.position_embedding.weight.reshape(side, side, -1)
+        positions = resized_grid_embeddings(grid, grid_thw, self.config.spatial_merge_size)
+        torch._check(patch_embeds.shape[0] == positions.shape[0],
+                     lambda: "The packed visual patch count does not match `grid_thw`.")
+        return patch_embeds + positions
+
+    return forward
+
+
+def bilinear_weights(index: torch.Tensor, size: torch.Tensor, source: int,
+                     scale_factor: torch.Tensor | None = None) -> torch.Tensor:
+    """Row ``index`` of ``F.interpolate(mode="bilinear", align_corners=False)``'s weights from ``source`` positions
+    to ``size`` (per row of ``index``); with ``scale_factor`` (given to interpolate, not recomputed) the sampling
+    step is its inverse rather than ``source / size``. An axis whose size is the source's is copied, as torch's
+    kernel does whatever the scale factor."""
+    step = 1.0 / scale_factor.double() if scale_factor is not None else source / size.double()
+    src = ((index.double() + 0.5) * step - 0.5).clamp(min=0)
+    low = src.floor().clamp(max=source - 1)
+    high = (low + 1).clamp(max=source - 1)
+    frac = src - low
+    taps = torch.arange(source, dtype=torch.float64, device=index.device)
+    weights = (torch.where(taps == low[:, None], 1 - frac[:, None], 0.0)
+               + torch.where(taps == high[:, None], frac[:, None], 0.0))
+    return torch.where((size == source)[:, None], (taps == index[:, None]).double(), weights)
+
+
+def merged_frames(merger: torch.nn.Module, hidden_states: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
+    """HY-V4-VL's patch merger over every frame at once: each frame's ``merge x merge`` blocks of patches (packed
+    row by row, frame after frame) through the merger's strided conv and projection, a newline token after each row
+    of blocks; ``(1, tokens, out)`` in the per-frame loop's order."""
+    merge = merger.spatial_merge_size
+    states = merger.before_rms(hidden_states[0])
+    t, h, w = grid_thw[:, 0], grid_thw[:, 1], grid_thw[:, 2]
+    per_row = w // merge + 1
+    image, offset, _ = images_of_positions(t * (h // merge) * per_row)
+    frame, within = offset // ((h // merge) * per_row)[image], offset % ((h // merge) * per_row)[image]
+    row, col = within // per_row[image], within % per_row[image]
+    newline = col == w[image] // merge
+    first = ((t * h * w).cumsum(0) - t * h * w)[image] + frame * (h * w)[image]
+    offsets = torch.arange(merge, device=states.device)
+    patch = (first[:, None, None] + (row[:, None, None] * merge + offsets[None, :, None]) * w[image, None, None]
+             + torch.where(newline, 0, col)[:, None, None] * merge + offsets[None, None, :])
+    patch = patch.clamp(max=states.shape[0] - 1)
+    blocks = states[patch.reshape(-1)].reshape(patch.shape[0], merge, merge, -1).permute(0, 3, 1, 2)
+    tokens = merger.proj_out(merger.proj_act(merger.proj_conv(blocks))).flatten(1)
+    tokens = torch.where(newline[:, None], merger.image_newline.to(tokens.dtype)[None, :], tokens)
+    return tokens[None]
+
+
+_MERGED = "__merged_frames__"
+
+
+class _MergedFramesInsteadOfTheLoop(ast.NodeTransformer):
+    """``split_sizes = ...``, ``split_items = ...``, ``processed_items = []`` and the loop over
+    ``zip(grid_thw.tolist(), split_items)`` calling ``self.patch_merger`` go; ``torch.cat(processed_items, dim=1)``
+    becomes ``__merged_frames__(self.patch_merger, hidden_states, grid_thw)``."""
+
+    _GONE = {"split_sizes", "split_items", "processed_items"}
+    matched = 0
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        loops = [s for s in node.body if isinstance(s, ast.For) and "self.patch_merger(" in ast.unparse(s)
+                 and ast.unparse(s.iter) == "zip(grid_thw.tolist(), split_items)"]
+        if len(loops) != 1:
+            return node
+        body = []
+        for stmt in node.body:
+            if stmt is loops[0] or (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                                    and getattr(stmt.targets[0], "id", None) in self._GONE):
+                continue
+            if isinstance(stmt, ast.Assign) and ast.unparse(stmt.value) == "torch.cat(processed_items, dim=1)":
+                stmt.value = ast.parse(f"{_MERGED}(self.patch_merger, hidden_states, grid_thw)", mode="eval").body
+                self.matched += 1
+            body.append(stmt)
+        node.body = body if self.matched else node.body
+        return node
+
+
+@register_patch("dynamo", "transformers.models.hy_v4_vl.modeling_hy_v4_vl.HYV4VLVisionModel.forward")
+def _patch_frames_merged_without_a_per_image_loop(original):
+    """Pattern: HY-V4-VL's vision tower splits its packed patches by ``grid_thw.prod(-1).tolist()`` and merges each
+    image in a loop over ``grid_thw.tolist()`` (modeling_hy_v4_vl.py:1058-1064): sizes read from an input pin the
+    number of images and size the reshape. Rewrite: the forward recompiled from its source (decorators kept) with
+    the loop replaced by :func:`merged_frames`. TODO (transformers): no upstream issue found."""
+    return recompiled(original, _MergedFramesInsteadOfTheLoop(), {_MERGED: merged_frames})
+
+
+@register_patch("dynamo", "transformers.models.hy_v4_vl.modeling_hy_v4_vl.HYV4VLVisionPatchEmbed.forward")
+def _patch_shifted_position_grid_without_a_per_image_loop(original):
+    """Pattern: HY-V4-VL resizes its learned position grid per image in a loop over ``grid_thw``, with
+    ``scale_factor=(int(h) + 0.1) / edge`` (modeling_hy_v4_vl.py:798-820): ``int()`` of a value read from an input
+    (https://github.com/pytorch/pytorch/issues/158786). Rewrite: each packed position's embedding from the bilinear
+    weights of its row and column at that scale factor (:func:`bilinear_weights`), frames repeated as the loop does;
+    another ``interpolate_mode`` takes the original. TODO (transformers): no upstream issue found."""
+
+    @functools.wraps(original)
+    def forward(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
+        if self.config.interpolate_mode != "bilinear" or not isinstance(grid_thw, torch.Tensor):
+            return original(self, pixel_values, grid_thw)
+        patches = pixel_values.reshape(-1, self.config.num_channels, self.patch_size, self.patch_size)
+        embeddings = self.patch_embedding(patches.to(dtype=self.patch_embedding.weight.dtype)).flatten(1)
+        edge = self.position_edge
+        grid = self.position_embedding.weight[1:, :].reshape(edge, edge, self.embed_dim).double()
+        p = packed_positions(grid_thw, 1)
+        rows = bilinear_weights(p["row"], p["height"], edge, (p["height"] + 0.1) / edge)
+        cols = bilinear_weights(p["col"], p["width"], edge, (p["width"] + 0.1) / edge)
+        positions = torch.einsum("pkd,pk->pd", torch.einsum("pj,jkd->pkd", rows, grid), cols)
+        torch._check(embeddings.shape[0] == positions.shape[0])
+        return (embeddings + positions.to(embeddings.dtype)).unsqueeze(0)
+
+    return forward

@@ -1,0 +1,155 @@
+"""Per-image loops over image grids computed per packed position (engine.patches.model.image_grids): each rewrite
+against the loop it replaces, and exported for other numbers and sizes of images."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.engine.patches.export_checks import assert_exports_and_runs
+
+
+def _tiny_pixtral():
+    from transformers import PixtralVisionConfig, PixtralVisionModel
+
+    config = PixtralVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                 head_dim=8, image_size=32, patch_size=4, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    return PixtralVisionModel(config).eval()
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 6)), min_size=1, max_size=3), st.booleans())
+def test_packed_crops_equal_the_per_image_loop(grids, sizes_given):
+    """The recompiled forward's packed path gives the per-image loop's output, for any batch and image sizes, with
+    ``image_sizes`` (each image cropped) or without (to float32 rounding: the packed tokens are gathered or laid
+    out by one reshape instead of a concatenation)."""
+    from engine.patches.model.image_grids import _patch_crops_without_a_per_image_loop
+
+    model = _tiny_pixtral()
+    patched = _patch_crops_without_a_per_image_loop(type(model).forward)
+    assert patched is not type(model).forward
+    rows, cols = max(g[0] for g in grids), max(g[1] for g in grids)
+    pixel_values = torch.randn(len(grids), 3, 4 * rows, 4 * cols)
+    image_sizes = torch.tensor([(4 * r, 4 * c) for r, c in grids]) if sizes_given else None
+    if not sizes_given:
+        pixel_values = pixel_values[..., : 4 * grids[0][0], : 4 * grids[0][1]]
+    with torch.no_grad():
+        expected, got = model(pixel_values, image_sizes), patched(model, pixel_values, image_sizes)
+    torch.testing.assert_close(got.last_hidden_state, expected.last_hidden_state, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("sizes_given", [False, True])
+def test_a_pixtral_tower_exports_for_any_batch_and_image_sizes(sizes_given):
+    """Traced with two images, the program runs three of other sizes (the per-image list pinned the batch, and the
+    sizes read from ``image_sizes`` met a guard in SDPA)."""
+    model = _tiny_pixtral()
+    trace = {"pixel_values": torch.randn(2, 3, 16, 24)}
+    run = {"pixel_values": torch.randn(3, 3, 12, 8)}
+    if sizes_given:
+        trace["image_sizes"] = torch.tensor([[16, 24], [8, 20]])
+        run["image_sizes"] = torch.tensor([[12, 8], [4, 8], [8, 4]])
+    assert_exports_and_runs(model, trace, run, "dynamo", tolerance=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=1, max_size=3), st.sampled_from([1, 2, 3]))
+def test_merged_patches_equal_the_per_image_unfold(extra, merge):
+    """The gather gives the rows of each image's unfold, for any grid of at least one block (remainders dropped:
+    unfold refuses a smaller one) and merge size."""
+    from engine.patches.model.image_grids import merged_patches
+
+    grids = [(merge + r, merge + c) for r, c in extra]
+    width = 3
+    features = torch.randn(sum(r * c for r, c in grids), width)
+    expected = []
+    for tokens, (r, c) in zip(features.split([r * c for r, c in grids]), grids):
+        grid = tokens.view(r, c, width).permute(2, 0, 1).unsqueeze(0)
+        expected.append(F.unfold(grid, kernel_size=merge, stride=merge).view(width * merge * merge, -1).t())
+    got = merged_patches(features, torch.tensor([(4 * r, 4 * c) for r, c in grids]), 4, merge)
+    torch.testing.assert_close(got, torch.cat(expected), rtol=0, atol=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 2), st.integers(1, 5), st.integers(1, 5)), min_size=1, max_size=3),
+       st.sampled_from([3, 4, 7]))
+def test_resized_grid_embeddings_equal_the_per_image_interpolation(grids, side):
+    """Cosmos3-Edge's per-image antialiased resize (shrinking and growing) read in block order, for any grids."""
+    from transformers.models.cosmos3_edge.modeling_cosmos3_edge import Cosmos3EdgeVisionEmbeddings
+
+    from engine.patches.model.image_grids import resized_grid_embeddings
+
+    grid_thw = torch.tensor([(t, 2 * h, 2 * w) for t, h, w in grids])
+    grid = torch.randn(side, side, 5)
+    expected = Cosmos3EdgeVisionEmbeddings.resize_positional_embeddings(grid, grid_thw, 2)
+    torch.testing.assert_close(resized_grid_embeddings(grid, grid_thw, 2), expected, rtol=1e-5, atol=1e-5)
+
+
+class _PositionGrid(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.grid = torch.nn.Parameter(torch.randn(4, 4, 6))
+
+    def forward(self, patches, grid_thw):
+        from engine.patches.model.image_grids import resized_grid_embeddings
+
+        positions = resized_grid_embeddings(self.grid, grid_thw, 2)
+        torch._check(patches.shape[0] == positions.shape[0])
+        return patches + positions
+
+
+def test_a_resized_position_grid_exports_for_any_grids():
+    """Traced at two images, the program takes one and three of other sizes (the loop read each size with
+    ``.tolist()``, which the upsample's size check guards on)."""
+    def sample(grids):
+        grid_thw = torch.tensor(grids)
+        return {"patches": torch.randn(int(grid_thw.prod(-1).sum()), 6), "grid_thw": grid_thw}
+
+    assert_exports_and_runs(_PositionGrid(), sample([(1, 4, 6), (1, 2, 2)]), sample([(2, 6, 2), (1, 8, 8), (1, 2, 4)]),
+                            "dynamo", tolerance=1e-5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 9), st.sampled_from([3, 4, 6]), st.booleans())
+def test_bilinear_weights_equal_interpolate(height, width, side, shifted):
+    """Weights of ``F.interpolate(mode="bilinear")`` to a size, or at HY-V4-VL's ``(n + 0.1) / edge`` scale factor
+    (to float32 rounding of the sampling step)."""
+    from engine.patches.model.image_grids import bilinear_weights
+
+    grid = torch.randn(1, 2, side, side, dtype=torch.float64)
+    if shifted:
+        expected = F.interpolate(grid, scale_factor=((height + 0.1) / side, (width + 0.1) / side), mode="bilinear",
+                                 align_corners=False)
+    else:
+        expected = F.interpolate(grid, size=(height, width), mode="bilinear", align_corners=False)
+    weights = []
+    for n in (height, width):
+        index, size = torch.arange(n), torch.full((n,), n)
+        weights.append(bilinear_weights(index, size, side, (size + 0.1) / side if shifted else None))
+    got = torch.einsum("hj,cjk,wk->chw", weights[0], grid[0], weights[1])
+    torch.testing.assert_close(got, expected[0], rtol=1e-6, atol=1e-6)  # the kernel keeps its step in float32
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 3)), min_size=1, max_size=3))
+def test_merged_frames_equal_the_per_image_merger(grids):
+    """HY-V4-VL's merger run on every frame at once gives the per-image loop's tokens, newlines included."""
+    from transformers.models.hy_v4_vl.configuration_hy_v4_vl import HYV4VLVisionConfig
+    from transformers.models.hy_v4_vl.modeling_hy_v4_vl import HYV4VLVisionPatchMerger
+
+    from engine.patches.model.image_grids import merged_frames
+
+    config = HYV4VLVisionConfig(hidden_size=8, out_hidden_size=6, spatial_merge_size=2)
+    torch.manual_seed(0)
+    merger = HYV4VLVisionPatchMerger(config).eval()
+    torch.nn.init.normal_(merger.image_newline)
+    grid_thw = torch.tensor([(t, 2 * h, 2 * w) for t, h, w in grids])
+    hidden_states = torch.randn(1, int(grid_thw.prod(-1).sum()), 8)
+    with torch.no_grad():
+        items = hidden_states.split(grid_thw.prod(-1).tolist(), dim=1)
+        expected = torch.cat([merger(item, size=(h, w)) for (_, h, w), item in zip(grid_thw.tolist(), items)], dim=1)
+        got = merged_frames(merger, hidden_states, grid_thw)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
