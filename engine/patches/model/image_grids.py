@@ -276,3 +276,50 @@ def _patch_shifted_position_grid_without_a_per_image_loop(original):
         return (embeddings + positions.to(embeddings.dtype)).unsqueeze(0)
 
     return forward
+
+
+def _axis_taps(index: torch.Tensor, size: torch.Tensor, source: torch.Tensor):
+    """The two source taps and the second's weight of ``F.interpolate(mode="bilinear", align_corners=False)`` at
+    output ``index`` of an axis resized from ``source`` to ``size`` (both per row)."""
+    src = ((index.double() + 0.5) * (source.double() / size.double()) - 0.5).clamp(min=0)
+    low = torch.minimum(src.floor().long(), source - 1)
+    return low, torch.minimum(low + 1, source - 1), src - low
+
+
+def unshuffled_frames(hidden_states: torch.Tensor, grid_thw: torch.Tensor, merge_sizes: torch.Tensor) -> torch.Tensor:
+    """VideoLLaMA3's ``pixel_unshuffle`` for every frame at once: each frame's patches (packed in ``merge x merge``
+    block order) laid out as its ``(h, w)`` grid and shrunk bilinearly to ``(h / merge, w / merge)``, row by row,
+    frame after frame."""
+    t, h, w, merge = grid_thw[:, 0], grid_thw[:, 1], grid_thw[:, 2], merge_sizes
+    rows_out, cols_out = h // merge, w // merge
+    image, offset, _ = images_of_positions(t * rows_out * cols_out)
+    frame, within = offset // (rows_out * cols_out)[image], offset % (rows_out * cols_out)[image]
+    height, width, m = h[image], w[image], merge[image]
+    first = ((t * h * w).cumsum(0) - t * h * w)[image] + frame * height * width
+    row_taps = _axis_taps(within // cols_out[image], rows_out[image], height)
+    col_taps = _axis_taps(within % cols_out[image], cols_out[image], width)
+
+    def packed(row, col):  # the position of the frame's (row, col) in merge-block order
+        return first + ((row // m) * (width // m) + col // m) * m * m + (row % m) * m + col % m
+
+    states = hidden_states.double()
+    out = 0
+    for row, row_weight in ((row_taps[0], 1 - row_taps[2]), (row_taps[1], row_taps[2])):
+        for col, col_weight in ((col_taps[0], 1 - col_taps[2]), (col_taps[1], col_taps[2])):
+            out = out + (row_weight * col_weight)[:, None] * states[packed(row, col)]
+    return out.to(hidden_states.dtype)
+
+
+@register_patch("dynamo", "transformers.models.video_llama_3.modeling_video_llama_3.VideoLlama3VisionModel.pixel_unshuffle")
+def _patch_unshuffle_without_a_per_image_loop(original):
+    """Pattern: VideoLLaMA3's vision tower splits its packed patches by ``grid_thw.prod(1).tolist()`` and, per image,
+    views them as a grid of the sizes read from ``grid_thw`` and ``merge_sizes`` before a bilinear shrink
+    (modeling_video_llama_3.py:482-497): sizes read from an input size the views (``32*u11*u12*u5 < 2``). Rewrite:
+    each output position from its four bilinear taps in the packed sequence (:func:`unshuffled_frames`). TODO
+    (transformers): no upstream issue found."""
+
+    @functools.wraps(original)
+    def pixel_unshuffle(self, hidden_states, grid_thw, merge_sizes):
+        return unshuffled_frames(hidden_states, grid_thw, merge_sizes)
+
+    return pixel_unshuffle

@@ -153,3 +153,19 @@ def test_merged_frames_equal_the_per_image_merger(grids):
         expected = torch.cat([merger(item, size=(h, w)) for (_, h, w), item in zip(grid_thw.tolist(), items)], dim=1)
         got = merged_frames(merger, hidden_states, grid_thw)
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 3), st.sampled_from([1, 2, 3])),
+                min_size=1, max_size=3))
+def test_unshuffled_frames_equal_the_per_image_loop(grids):
+    """VideoLLaMA3's per-image view and bilinear shrink, for any grids and merge sizes per image."""
+    from transformers.models.video_llama_3.modeling_video_llama_3 import VideoLlama3VisionModel
+
+    from engine.patches.model.image_grids import unshuffled_frames
+
+    grid_thw = torch.tensor([(t, m * h, m * w) for t, h, w, m in grids])
+    merge_sizes = torch.tensor([m for *_, m in grids])
+    hidden_states = torch.randn(int(grid_thw.prod(-1).sum()), 5)
+    expected = VideoLlama3VisionModel.pixel_unshuffle(None, hidden_states, grid_thw, merge_sizes)
+    torch.testing.assert_close(unshuffled_frames(hidden_states, grid_thw, merge_sizes), expected, rtol=1e-6, atol=1e-6)
