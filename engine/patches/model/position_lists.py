@@ -227,3 +227,44 @@ def _patch_descending_positions_as_arange(original):
         return mask_1d.view(batch, seqlen, 1) & mask_1d.view(batch, 1, seqlen) & attention_mask
 
     return _prepare_attention_mask
+
+
+@register_patch("dynamo", "transformers.models.fastspeech2_conformer.modeling_fastspeech2_conformer."
+                          "FastSpeech2ConformerRelPositionalEncoding.forward")
+def _patch_relative_positions_for_the_length(original):
+    """Pattern: FastSpeech2's relative positional encoding slices a 5,000-position table around its centre by the
+    sequence length, after comparing the table with ``2 * length - 1`` in Python to decide whether to rebuild it
+    (modeling_fastspeech2_conformer.py:727, 763-766): the decoder's length is the regulated frame count, read from the
+    predicted durations, so both guard on a data-dependent size. The table's rows are one function of the position,
+    so the encoding built for the length (the original's own ``extend_pos_enc`` without a table) holds the same values
+    as the slice, for any length. TODO (transformers): no upstream issue found."""
+
+    def forward(self, feature_representation):
+        pos_emb = self.extend_pos_enc(feature_representation)
+        return self.dropout(feature_representation * self.input_scale), self.dropout(pos_emb)
+
+    return forward
+
+
+def relative_shift(scores: torch.Tensor) -> torch.Tensor:
+    """Transformer-XL's relative shift of ``(..., T, 2T - 1)`` scores over relative positions ``T - 1 ... -(T - 1)``
+    to ``(..., T, T)`` over keys: query ``i`` and key ``j`` read relative position ``i - j``, column ``T - 1 - i + j``;
+    one gather instead of the pad-and-view trick."""
+    length = scores.shape[-2]
+    query = torch.arange(length, device=scores.device)
+    column = (length - 1 - query[:, None] + query[None, :]).expand(*scores.shape[:-1], length)
+    return scores.gather(-1, column)
+
+
+@register_patch("dynamo", "transformers.models.fastspeech2_conformer.modeling_fastspeech2_conformer."
+                          "FastSpeech2ConformerAttention.shift_relative_position_tensor")
+def _patch_relative_shift_as_a_gather(original):
+    """Pattern: the relative shift by padding a column and viewing the scores as ``(T + 1, T)``
+    (``shift_relative_position_tensor``, modeling_fastspeech2_conformer.py:386-391): a view of a length that is
+    data-dependent in FastSpeech2's decoder (the regulated frame count) guards on its contiguity. The same entries by
+    one gather (:func:`relative_shift`). TODO (transformers): no upstream issue found."""
+
+    def shift_relative_position_tensor(self, pos_tensor):
+        return relative_shift(pos_tensor)
+
+    return shift_relative_position_tensor

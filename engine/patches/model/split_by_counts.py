@@ -23,6 +23,7 @@ a data-sized batch in pieces (one piece).
 from __future__ import annotations
 
 import ast
+import functools
 import math
 from collections.abc import Callable
 
@@ -310,3 +311,38 @@ def _patch_split_by_tolist_as_ragged_rows(original):
 #: modules whose forward takes the batch size from ``len()`` of a batch-major tensor (``batch_size =
 #: len(source_flatten)`` in the RT-DETR decoders' input preparation; DepthPro's per-scale patch counts
 #: ``[len(i) for i in scaled_images]``, which ``split_with_sizes`` then takes)
+
+
+def repeated_by_durations(features: torch.Tensor, durations: torch.Tensor) -> torch.Tensor:
+    """Each row of ``features`` (batch, tokens, dim) repeated ``durations`` (batch, tokens) times along the tokens,
+    right-padded with zeros to the longest sample, in float32: the per-sample ``repeat_interleave`` loop of a length
+    regulator as one gather (each frame's token is the number of tokens that end at or before it)."""
+    totals = durations.sum(1)
+    frames = totals.max().item()
+    torch._check(frames >= 0)
+    ends = durations.cumsum(1)
+    positions = torch.arange(frames, device=features.device)
+    token = (ends[:, None, :] <= positions[None, :, None]).sum(-1).clamp(max=features.shape[1] - 1)
+    gathered = features.gather(1, token[..., None].expand(-1, -1, features.shape[-1]))
+    return torch.where((positions[None, :] < totals[:, None])[..., None], gathered, 0).float()
+
+
+@register_patch("dynamo", "transformers.models.fastspeech2_conformer.modeling_fastspeech2_conformer.length_regulator")
+def _patch_length_regulator_without_a_per_sample_loop(original):
+    """Pattern: FastSpeech2's length regulator (modeling_fastspeech2_conformer.py:95-126) branches in Python on
+    ``duration_labels.sum() == 0`` and repeats each sample's tokens by its durations in a loop over the batch
+    (``repeat_interleave``), into a tensor sized by ``.max()`` of the durations. Rewrite: the all-zero fill as the same
+    in-place write without the branch, and the repeats as one gather (:func:`repeated_by_durations`); the frame count
+    stays data-dependent. TODO (transformers): no upstream issue found."""
+
+    @functools.wraps(original)
+    def length_regulator(encoded_embeddings, duration_labels, speaking_speed=1.0):
+        if speaking_speed <= 0:
+            raise ValueError("`speaking_speed` must be greater than 0.")
+        if speaking_speed != 1.0:
+            duration_labels = torch.round(duration_labels.float() * speaking_speed).long()
+        silent = (duration_labels.sum() == 0) & duration_labels.sum(dim=1, keepdim=True).eq(0)
+        duration_labels.copy_(torch.where(silent, 1, duration_labels))  # the original's in-place fill
+        return repeated_by_durations(encoded_embeddings, duration_labels)
+
+    return length_regulator

@@ -150,3 +150,34 @@ def test_cpmant_mask_with_arange_equals_the_list_one(batch, prompt, extra, seed)
     patched = _patch_descending_positions_as_arange(CpmAntModel._prepare_attention_mask)
     expected = CpmAntModel._prepare_attention_mask(owner, input_ids, span, context, length)
     assert torch.equal(patched(owner, input_ids, span, context, length), expected)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 9), st.integers(0, 2**16))
+def test_relative_shift_equals_the_pad_and_view_trick(length, seed):
+    from transformers.models.fastspeech2_conformer.modeling_fastspeech2_conformer import FastSpeech2ConformerAttention
+
+    from engine.patches.model.position_lists import relative_shift
+
+    scores = torch.randn(2, 3, length, 2 * length - 1, generator=torch.Generator().manual_seed(seed))
+    expected = FastSpeech2ConformerAttention.shift_relative_position_tensor(None, scores)
+    torch.testing.assert_close(relative_shift(scores), expected, rtol=0, atol=0)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(1, 12))
+def test_relative_positions_for_the_length_equal_the_table_slice(length):
+    """The encoding built for the length holds the 5,000-position table's slice around its centre."""
+    from transformers import FastSpeech2ConformerConfig
+    from transformers.models.fastspeech2_conformer.modeling_fastspeech2_conformer import (
+        FastSpeech2ConformerRelPositionalEncoding,
+    )
+
+    from engine.patches.model.position_lists import _patch_relative_positions_for_the_length
+
+    config = FastSpeech2ConformerConfig(hidden_size=8)
+    module = FastSpeech2ConformerRelPositionalEncoding(config, {"positional_dropout_rate": 0.0}).eval()
+    forward = _patch_relative_positions_for_the_length(type(module).forward)
+    features = torch.randn(2, length, 8)
+    for got, expected in zip(forward(module, features), module(features)):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)

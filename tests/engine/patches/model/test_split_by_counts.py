@@ -346,3 +346,21 @@ def test_conv_pieces_of_a_data_sized_batch_export_as_one_batch():
         inputs = sample(keep)
         (got,) = run_exported(program, inputs).values()
         torch.testing.assert_close(got, eager(**inputs))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=3, max_size=3), min_size=1, max_size=3), st.booleans())
+def test_length_regulation_equals_the_per_sample_loop(durations, silence):
+    """FastSpeech2's length regulator, for any durations (all-zero rows, and a batch of all zeros, included); the
+    original's in-place fill of the durations happens too."""
+    from transformers.models.fastspeech2_conformer import modeling_fastspeech2_conformer as fs
+
+    from engine.patches.model.split_by_counts import _patch_length_regulator_without_a_per_sample_loop
+
+    regulate = _patch_length_regulator_without_a_per_sample_loop(fs.length_regulator)
+    durations = torch.tensor(durations) * (0 if silence else 1)
+    features = torch.randn(durations.shape[0], 3, 4)
+    expected_durations, got_durations = durations.clone(), durations.clone()
+    expected = fs.length_regulator(features, expected_durations)
+    torch.testing.assert_close(regulate(features, got_durations), expected, rtol=0, atol=0)
+    assert torch.equal(got_durations, expected_durations)
