@@ -19,6 +19,7 @@ import torch
 from engine.patches.packed_positions import images_of_positions, packed_positions
 from engine.patches.registry import register_patch
 from engine.patches.source_rewrite import recompiled
+from engine.stacked_rows import RaggedRows
 
 
 def packed_crops(model: torch.nn.Module, pixel_values: torch.Tensor,
@@ -323,3 +324,99 @@ def _patch_unshuffle_without_a_per_image_loop(original):
         return unshuffled_frames(hidden_states, grid_thw, merge_sizes)
 
     return pixel_unshuffle
+
+
+class CroppedCodes:
+    """Each image's code grid cropped to its own ``rows`` x ``cols``, held as the uncropped ``grids`` (images, H, W):
+    what Emu3's VQ-VAE returns while traced instead of a list of slices of data-dependent sizes."""
+
+    def __init__(self, grids: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor):
+        self.grids, self.rows, self.cols = grids, rows, cols
+
+
+def cropped_codes(grids: torch.Tensor, image_sizes: torch.Tensor, factor: int) -> CroppedCodes:
+    """``[g[: int(h / factor), : int(w / factor)] for g, (h, w) in zip(grids, image_sizes)]`` as one value."""
+    sizes = torch.as_tensor(image_sizes, device=grids.device) // factor
+    return CroppedCodes(grids, sizes[:, 0].clamp(max=grids.shape[1]), sizes[:, 1].clamp(max=grids.shape[2]))
+
+
+def bpe_tokens_of_crops(mapping: torch.nn.Module, crops: CroppedCodes) -> torch.Tensor:
+    """``torch.cat([mapping.convert_img2bpe(crop).flatten() for crop in crops])``: each crop's codes mapped to text
+    tokens row by row, each row ended by the end-of-line token, image after image."""
+    grids = crops.grids
+    tokens = mapping.img2bpe_mapping_tensor[grids.to(mapping.img2bpe_mapping_tensor.device)]
+    eol = torch.ones((*tokens.shape[:2], 1), dtype=torch.int) * mapping.eol_token_id
+    tokens = torch.cat([tokens, eol.to(tokens.device)], dim=-1).to(grids.device)
+    row = torch.arange(grids.shape[1], device=grids.device)[None, :, None]
+    col = torch.arange(grids.shape[2] + 1, device=grids.device)[None, None, :]
+    cols = crops.cols[:, None, None]
+    tokens = torch.where(col == cols, tokens[:, :, -1:], tokens)  # each crop's end of line right after its row
+    return tokens[(row < crops.rows[:, None, None]) & (col <= cols)]
+
+
+_CROPPED = "__cropped_codes__"
+
+
+class _CodesCroppedByMask(ast.NodeTransformer):
+    """``image_tokens = [single_image[: int(...), : int(...)] for single_image, size in zip(image_tokens,
+    image_sizes)]`` -> ``image_tokens = __cropped_codes__(image_tokens, image_sizes, self.vision_spatial_factor)``."""
+
+    matched = 0
+
+    def visit_Assign(self, node: ast.Assign) -> ast.Assign:
+        if (ast.unparse(node.targets[0]) == "image_tokens" and isinstance(node.value, ast.ListComp)
+                and ast.unparse(node.value.generators[0].iter) == "zip(image_tokens, image_sizes)"
+                and "self.vision_spatial_factor" in ast.unparse(node.value.elt)):
+            node.value = ast.parse(f"{_CROPPED}(image_tokens, image_sizes, self.vision_spatial_factor)",
+                                   mode="eval").body
+            self.matched += 1
+        return node
+
+
+@register_patch("dynamo", "transformers.models.emu3.modeling_emu3.Emu3VQVAE.encode")
+def _patch_code_grids_cropped_by_mask(original):
+    """Pattern: Emu3's VQ-VAE crops each image's code grid in a list over the images, ``single_image[:
+    int(size[0] / factor), ...]`` (modeling_emu3.py:1018-1021): ``int()`` of a value read from ``image_sizes``
+    (https://github.com/pytorch/pytorch/issues/158786), and a list as long as the batch. Rewrite: the forward
+    recompiled (decorators kept) returning the crops as one :class:`CroppedCodes`, which the model's
+    ``get_image_features``/``get_image_tokens`` (patched below) read with a mask. TODO (transformers): no upstream
+    issue found."""
+    return recompiled(original, _CodesCroppedByMask(), {_CROPPED: cropped_codes})
+
+
+@register_patch("dynamo", "transformers.models.emu3.modeling_emu3.Emu3Model.get_image_tokens")
+def _patch_image_tokens_of_cropped_codes(original):
+    """Emu3's image tokens from :class:`CroppedCodes` (the list comprehension over the crops, as one selection)."""
+
+    @functools.wraps(original)
+    def get_image_tokens(self, pixel_values, image_sizes):
+        encoded = self.vqmodel.encode(pixel_values, image_sizes, return_dict=True)
+        if not isinstance(encoded.image_tokens, CroppedCodes):
+            return original(self, pixel_values, image_sizes)
+        return bpe_tokens_of_crops(self.vocabulary_mapping, encoded.image_tokens)
+
+    return get_image_tokens
+
+
+@register_patch("dynamo", "transformers.models.emu3.modeling_emu3.Emu3Model.get_image_features")
+def _patch_image_features_of_cropped_codes(original):
+    """Emu3's image features from :class:`CroppedCodes`: the tokens of every crop embedded at once, and the
+    per-image ``pooler_output`` (a split by a list over ``image_sizes``) as one ragged value, which the model
+    concatenates again; the original where the crops are a list."""
+
+    from transformers.utils.generic import can_return_tuple
+
+    @can_return_tuple  # as the original: it takes `return_dict` out of the kwargs
+    @functools.wraps(original)
+    def get_image_features(self, pixel_values, image_sizes, **kwargs):
+        encoded = self.vqmodel.encode(pixel_values, image_sizes, return_dict=True, **kwargs)
+        crops = encoded.image_tokens
+        if not isinstance(crops, CroppedCodes):
+            return original(self, pixel_values, image_sizes, **kwargs)
+        embeddings = self.get_input_embeddings()(bpe_tokens_of_crops(self.vocabulary_mapping, crops))
+        sizes = torch.as_tensor(image_sizes, device=embeddings.device) // self.vqmodel.vision_spatial_factor
+        # the crops stay inside the trace (the model reads only pooler_output)
+        kept = {name: value for name, value in encoded.items() if name != "image_tokens"}
+        return type(encoded)(**kept, pooler_output=RaggedRows(embeddings, sizes[:, 0] * (sizes[:, 1] + 1)))
+
+    return get_image_features

@@ -169,3 +169,33 @@ def test_unshuffled_frames_equal_the_per_image_loop(grids):
     hidden_states = torch.randn(int(grid_thw.prod(-1).sum()), 5)
     expected = VideoLlama3VisionModel.pixel_unshuffle(None, hidden_states, grid_thw, merge_sizes)
     torch.testing.assert_close(unshuffled_frames(hidden_states, grid_thw, merge_sizes), expected, rtol=1e-6, atol=1e-6)
+
+
+class _Vocabulary(torch.nn.Module):
+    """Emu3's image vocabulary mapping, as ``convert_img2bpe`` reads it."""
+
+    eol_token_id = 99
+
+    def __init__(self, codes=16):
+        super().__init__()
+        self.img2bpe_mapping_tensor = torch.randperm(codes) + 100
+
+    def convert_img2bpe(self, img_batch):
+        from transformers.models.emu3.modeling_emu3 import Emu3ImageVocabularyMapping
+
+        return Emu3ImageVocabularyMapping.convert_img2bpe(self, img_batch)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 5)), min_size=1, max_size=3), st.integers(0, 2**16))
+def test_bpe_tokens_of_crops_equal_the_per_image_crops(sizes, seed):
+    """Emu3's crops by ``int(size / factor)`` mapped to text tokens and ended by end-of-line, for any image sizes."""
+    from engine.patches.model.image_grids import bpe_tokens_of_crops, cropped_codes
+
+    mapping, factor = _Vocabulary(), 4
+    grids = torch.randint(0, 16, (len(sizes), 4, 5), generator=torch.Generator().manual_seed(seed))
+    image_sizes = torch.tensor([(factor * h + 1, factor * w + 2) for h, w in sizes])
+    crops = [g[: int(size[0] / factor), : int(size[1] / factor)] for g, size in zip(grids, image_sizes)]
+    expected = torch.cat([mapping.convert_img2bpe(crop).flatten() for crop in crops])
+    got = bpe_tokens_of_crops(mapping, cropped_codes(grids, image_sizes, factor))
+    assert got.dtype == expected.dtype and torch.equal(got, expected)
