@@ -81,14 +81,15 @@ def _triple(value) -> tuple[int, int, int]:
 
 @register_patch("executorch", "torch.nn.functional.conv3d")
 def _patch_conv3d_as_conv2d_over_time(original):
-    """Pattern: a 3-D convolution whose temporal kernel equals its temporal stride, without temporal padding or dilation
-    (video tubelet embeddings). ExecuTorch has no 5-D convolution: XNNPACK does not take it, the portable kernel fails
-    with 0x12 ("Expect input tensor to be 3-D or 4-D").
+    """Pattern: a 3-D convolution (video tubelet embeddings; Emu3's temporal VQ-VAE layers). ExecuTorch 1.5.1 has no
+    5-D convolution: XNNPACK does not take it, the portable kernel fails with 0x12 ("Expect input tensor to be 3-D or
+    4-D", https://github.com/pytorch/executorch/issues/11704; its fix, pytorch/executorch#19977, is not in 1.5.1).
 
-    Rewrite: non-overlapping time windows are independent 2-D convolutions: time folds into the batch (``[N, C, T, H,
-    W]`` -> ``[N * T/kt, C * kt, H, W]``), the weight's temporal taps into its input channels. Other 3-D convolutions go
-    to the original. Upstream: no issue found for 5-D convolution in ExecuTorch's portable kernels (TODO: ask for
-    ``conv3d`` there or in XNNPACK's partitioner)."""
+    Rewrite: non-overlapping time windows (temporal kernel equal to its stride, no temporal padding or dilation) are
+    independent 2-D convolutions: time folds into the batch (``[N, C, T, H, W]`` -> ``[N * T/kt, C * kt, H, W]``), the
+    weight's temporal taps into its input channels. Any other one is the sum over its temporal taps of a 2-D
+    convolution of the frames each tap reads (the same sum in another order). A string padding goes to the
+    original."""
 
     def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         if isinstance(padding, str) or input.dim() != 5:
@@ -96,7 +97,7 @@ def _patch_conv3d_as_conv2d_over_time(original):
         (st, sh, sw), (pt, ph, pw), (dt, dh, dw) = _triple(stride), _triple(padding), _triple(dilation)
         kt = weight.shape[2]
         if st != kt or pt != 0 or (dt != 1 and kt != 1):
-            return original(input, weight, bias, stride, padding, dilation, groups)
+            return _conv3d_as_a_sum_over_taps(input, weight, bias, (st, sh, sw), (pt, ph, pw), (dt, dh, dw), groups)
         n, c, t, h, w = input.shape
         windows = t // kt
         x = input.narrow(2, 0, windows * kt).reshape(n, c, windows, kt, h, w)
@@ -105,6 +106,22 @@ def _patch_conv3d_as_conv2d_over_time(original):
         return y.reshape(n, windows, *y.shape[1:]).permute(0, 2, 1, 3, 4)
 
     return conv3d
+
+
+def _conv3d_as_a_sum_over_taps(input, weight, bias, stride, padding, dilation, groups):
+    """``conv3d`` as one ``conv2d`` per temporal tap of the frames that tap reads, summed, then the bias."""
+    (st, sh, sw), (pt, ph, pw), (dt, dh, dw) = stride, padding, dilation
+    x = torch.nn.functional.pad(input, (0, 0, 0, 0, pt, pt)) if pt else input
+    n, c, t, h, w = x.shape
+    frames = (t - dt * (weight.shape[2] - 1) - 1) // st + 1
+    out = None
+    for tap in range(weight.shape[2]):
+        read = x[:, :, tap * dt: tap * dt + st * (frames - 1) + 1: st].transpose(1, 2).reshape(n * frames, c, h, w)
+        y = torch.nn.functional.conv2d(read, weight[:, :, tap], None, (sh, sw), (ph, pw), (dh, dw), groups)
+        out = y if out is None else out + y
+    if bias is not None:
+        out = out + bias[None, :, None, None]
+    return out.reshape(n, frames, *out.shape[1:]).transpose(1, 2)
 
 
 def _dynamic_dims(val) -> int:

@@ -110,6 +110,40 @@ def test_conv3d_with_its_kernel_as_stride_runs(kernel, frames, groups):
         assert comparison.ok, str(comparison)
 
 
+@pytest.mark.parametrize("kernel, stride, padding, dilation, groups", [
+    ((3, 3, 3), 1, 1, 1, 1), ((3, 1, 1), (2, 1, 1), (2, 0, 0), 1, 2), ((2, 3, 3), 1, (0, 1, 1), (2, 1, 1), 1),
+    ((3, 2, 2), (1, 2, 2), 0, 1, 4)])
+def test_conv3d_as_a_sum_over_temporal_taps_equals_conv3d(kernel, stride, padding, dilation, groups):
+    from engine.patches.executorch import _patch_conv3d_as_conv2d_over_time
+
+    conv3d = _patch_conv3d_as_conv2d_over_time(torch.nn.functional.conv3d)
+    x, weight, bias = torch.randn(2, 4, 7, 6, 5), torch.randn(8, 4 // groups, *kernel), torch.randn(8)
+    expected = torch.nn.functional.conv3d(x, weight, bias, stride, padding, dilation, groups)
+    torch.testing.assert_close(conv3d(x, weight, bias, stride, padding, dilation, groups), expected,
+                               rtol=1e-5, atol=1e-5)
+
+
+class _TemporalConv(torch.nn.Module):
+    """Emu3's VQ-VAE temporal layer: a Conv3d over overlapping frames, padded in time."""
+
+    def __init__(self):
+        super().__init__()
+        self.config = PretrainedConfig(image_size=16)
+        self.conv = torch.nn.Conv3d(4, 6, kernel_size=(3, 1, 1), padding=(1, 0, 0))
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def test_an_overlapping_conv3d_runs():
+    # the portable kernel takes 3-D or 4-D convolutions only (pytorch/executorch#11704): 0x12 at run before
+    model, inputs = _TemporalConv().eval(), {"x": torch.randn(2, 4, 3, 8, 8)}
+    manager = ExecutorchExporter().export(model, inputs, config={"dynamic": True})
+    for x in (inputs["x"], torch.randn(3, 4, 3, 6, 8)):
+        comparison = compare_leaves(eager_leaves(model, {"x": x}), run_exported(manager, {"x": x}), atol=ATOL, rtol=RTOL)
+        assert comparison.ok, str(comparison)
+
+
 class _TanhGelu(torch.nn.Module):
     def __init__(self):
         super().__init__()
