@@ -14,6 +14,7 @@ features.split(counts.tolist())]``, one tensor of rows per sample holding that s
 per-sample tensor is a Python list whose length is the batch, so the batch is pinned. :class:`RaggedRows` is the
 same list exported as the rows of every sample together plus each sample's row count: two output leaves,
 ``<field>.*`` and ``<field>.*rows``, which every runner splits back into eager's ``<field>.0``, ``<field>.1``, ...
+Items of their own shapes (Emu3's per-image crops of a code grid) add a third leaf, ``<field>.*shapes``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import torch.utils._pytree as pytree
 ROWS = "*"
 #: the last part of the leaf name of a ragged output's per-item row counts (beside its ``ROWS`` leaf)
 ROW_COUNTS = "*rows"
+#: the last part of the leaf name of a ragged output's per-item shapes, where its items are not rows of one width
+ITEM_SHAPES = "*shapes"
 
 
 class StackedRows(list):
@@ -57,31 +60,45 @@ pytree.register_pytree_node(
 
 class RaggedRows(list):
     """Rows of ``rows`` grouped per item by ``counts`` (item ``i`` holds ``counts[i]`` consecutive rows), which the
-    model code sees as ``[rows]``: the consumer ``torch.cat(items, dim=0)`` gets every row, as from the eager list."""
+    model code sees as ``[rows]``: the consumer ``torch.cat(items, dim=0)`` gets every row, as from the eager list.
+    With ``shapes`` (items, k), item ``i`` is its rows reshaped to ``shapes[i]`` (per-image 2-D crops of different
+    widths: their values one after another, ``counts`` the products of the shapes)."""
 
-    def __init__(self, rows: torch.Tensor, counts: torch.Tensor):
+    def __init__(self, rows: torch.Tensor, counts: torch.Tensor, shapes: torch.Tensor | None = None):
         super().__init__([rows])
-        self.rows, self.counts = rows, counts
+        self.rows, self.counts, self.shapes = rows, counts, shapes
 
     def named_rows(self) -> list[tuple[str, torch.Tensor]]:
-        """One child per item with real tensors; the two leaves (rows, counts) of a spec unflattened with
+        """One child per item with real tensors; the leaves (rows, counts and shapes) of a spec unflattened with
         markers."""
         if not isinstance(self.counts, torch.Tensor) or self.counts.dim() == 0:
-            return [(ROWS, self.rows), (ROW_COUNTS, self.counts)]
-        return [(str(i), item) for i, item in enumerate(_split_by_counts(self.rows, self.counts))]
+            leaves = [(ROWS, self.rows), (ROW_COUNTS, self.counts)]
+            return leaves + ([(ITEM_SHAPES, self.shapes)] if self.shapes is not None else [])
+        return [(str(i), item) for i, item in enumerate(_split_by_counts(self.rows, self.counts, self.shapes))]
 
 
-def _split_by_counts(rows: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    return rows.split([int(c) for c in counts.tolist()])
+def _split_by_counts(rows: torch.Tensor, counts: torch.Tensor,
+                     shapes: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    items = rows.split([int(c) for c in counts.tolist()])
+    if shapes is None:
+        return items
+    return tuple(item.reshape(shape) for item, shape in zip(items, shapes.tolist()))
+
+
+def _flatten_ragged(ragged: RaggedRows):
+    children = [ragged.rows, ragged.counts] + ([ragged.shapes] if ragged.shapes is not None else [])
+    return children, ragged.shapes is not None
 
 
 pytree.register_pytree_node(
     RaggedRows,
-    lambda ragged: ([ragged.rows, ragged.counts], None),
-    lambda children, _: RaggedRows(children[0], children[1]),
+    _flatten_ragged,
+    lambda children, shaped: RaggedRows(children[0], children[1], children[2] if shaped else None),
     serialized_type_name="engine.stacked_rows.RaggedRows",
-    flatten_with_keys_fn=lambda ragged: ([(pytree.GetAttrKey("rows"), ragged.rows),
-                                          (pytree.GetAttrKey("counts"), ragged.counts)], None),
+    flatten_with_keys_fn=lambda ragged: (
+        [(pytree.GetAttrKey(name), child) for name, child in zip(("rows", "counts", "shapes"),
+                                                                  _flatten_ragged(ragged)[0])],
+        ragged.shapes is not None),
 )
 
 
@@ -93,12 +110,12 @@ def expand_stacked_rows(outputs: Mapping[str, torch.Tensor]) -> dict[str, torch.
         return dict(outputs)
     expanded: dict[str, torch.Tensor] = {}
     for name, value in outputs.items():
-        if name == ROW_COUNTS or name.endswith("." + ROW_COUNTS):
+        if any(name == leaf or name.endswith("." + leaf) for leaf in (ROW_COUNTS, ITEM_SHAPES)):
             continue  # read with its rows
         if name == ROWS or name.endswith(suffix):
             stem = name[: -len(ROWS)]
             counts = outputs.get(stem + ROW_COUNTS)
-            items = value.unbind(0) if counts is None else _split_by_counts(value, counts)
+            items = value.unbind(0) if counts is None else _split_by_counts(value, counts, outputs.get(stem + ITEM_SHAPES))
             expanded.update((f"{stem}{i}", item) for i, item in enumerate(items))
         else:
             expanded[name] = value

@@ -63,3 +63,23 @@ def test_a_per_item_list_output_runs_any_item_count(backend, tmp_path):
         got = run_exported(artifact, _sample(images))
         assert list(got) == list(expected)  # merged, pooler_output.0, ..., pooler_output.<images - 1>
         assert compare_leaves(expected, got).ok
+
+
+def test_ragged_items_of_their_own_shapes_read_as_the_list_they_replace():
+    """Per-image 2-D crops of different shapes: named per item by the pytree and by the runners' leaf names, and
+    round-tripped through the pytree with their shapes."""
+    import torch.utils._pytree as pytree
+
+    from engine.stacked_rows import RaggedRows
+
+    crops = [torch.arange(6).view(2, 3), torch.arange(4).view(4, 1), torch.zeros(0, 5, dtype=torch.long)]
+    ragged = RaggedRows(torch.cat([c.flatten() for c in crops]), torch.tensor([6, 4, 0]),
+                        torch.tensor([[2, 3], [4, 1], [0, 5]]))
+    for (name, item), crop in zip(ragged.named_rows(), crops):
+        assert name.isdigit() and torch.equal(item, crop)
+    leaves, spec = pytree.tree_flatten(ragged)
+    assert len(leaves) == 3 and torch.equal(pytree.tree_unflatten(leaves, spec).shapes, ragged.shapes)
+    expanded = expand_stacked_rows({"x.image_tokens.*": ragged.rows, "x.image_tokens.*rows": ragged.counts,
+                                    "x.image_tokens.*shapes": ragged.shapes})
+    assert list(expanded) == ["x.image_tokens.0", "x.image_tokens.1", "x.image_tokens.2"]
+    assert all(torch.equal(expanded[f"x.image_tokens.{i}"], crop) for i, crop in enumerate(crops))

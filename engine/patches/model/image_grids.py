@@ -354,6 +354,14 @@ def bpe_tokens_of_crops(mapping: torch.nn.Module, crops: CroppedCodes) -> torch.
     return tokens[(row < crops.rows[:, None, None]) & (col <= cols)]
 
 
+def crops_as_ragged_rows(crops: CroppedCodes) -> RaggedRows:
+    """The crops as the per-image list eager returns: every crop's codes one after another, with each crop's shape."""
+    row = torch.arange(crops.grids.shape[1], device=crops.grids.device)[None, :, None]
+    col = torch.arange(crops.grids.shape[2], device=crops.grids.device)[None, None, :]
+    keep = (row < crops.rows[:, None, None]) & (col < crops.cols[:, None, None])
+    return RaggedRows(crops.grids[keep], crops.rows * crops.cols, torch.stack([crops.rows, crops.cols], dim=-1))
+
+
 _CROPPED = "__cropped_codes__"
 
 
@@ -400,9 +408,9 @@ def _patch_image_tokens_of_cropped_codes(original):
 
 @register_patch("dynamo", "transformers.models.emu3.modeling_emu3.Emu3Model.get_image_features")
 def _patch_image_features_of_cropped_codes(original):
-    """Emu3's image features from :class:`CroppedCodes`: the tokens of every crop embedded at once, and the
-    per-image ``pooler_output`` (a split by a list over ``image_sizes``) as one ragged value, which the model
-    concatenates again; the original where the crops are a list."""
+    """Emu3's image features from :class:`CroppedCodes`: the tokens of every crop embedded at once, the per-image
+    ``pooler_output`` (a split by a list over ``image_sizes``) as one ragged value, which the model concatenates
+    again, and the crops as one ragged value of 2-D items; the original where the crops are a list."""
 
     from transformers.utils.generic import can_return_tuple
 
@@ -415,8 +423,8 @@ def _patch_image_features_of_cropped_codes(original):
             return original(self, pixel_values, image_sizes, **kwargs)
         embeddings = self.get_input_embeddings()(bpe_tokens_of_crops(self.vocabulary_mapping, crops))
         sizes = torch.as_tensor(image_sizes, device=embeddings.device) // self.vqmodel.vision_spatial_factor
-        # the crops stay inside the trace (the model reads only pooler_output)
-        kept = {name: value for name, value in encoded.items() if name != "image_tokens"}
-        return type(encoded)(**kept, pooler_output=RaggedRows(embeddings, sizes[:, 0] * (sizes[:, 1] + 1)))
+        fields = {name: value for name, value in encoded.items() if name != "image_tokens"}
+        return type(encoded)(**fields, image_tokens=crops_as_ragged_rows(crops),
+                             pooler_output=RaggedRows(embeddings, sizes[:, 0] * (sizes[:, 1] + 1)))
 
     return get_image_features
