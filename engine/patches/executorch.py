@@ -82,14 +82,12 @@ def _triple(value) -> tuple[int, int, int]:
 @register_patch("executorch", "torch.nn.functional.conv3d")
 def _patch_conv3d_as_conv2d_over_time(original):
     """Pattern: a 3-D convolution (video tubelet embeddings; Emu3's temporal VQ-VAE layers). ExecuTorch 1.5.1 has no
-    5-D convolution: XNNPACK does not take it, the portable kernel fails with 0x12 ("Expect input tensor to be 3-D or
-    4-D", https://github.com/pytorch/executorch/issues/11704; its fix, pytorch/executorch#19977, is not in 1.5.1).
+    5-D convolution: XNNPACK does not take it, the portable kernel fails with 0x12
+    (https://github.com/pytorch/executorch/issues/11704; fixed after 1.5.1 by pytorch/executorch#19977).
 
-    Rewrite: non-overlapping time windows (temporal kernel equal to its stride, no temporal padding or dilation) are
-    independent 2-D convolutions: time folds into the batch (``[N, C, T, H, W]`` -> ``[N * T/kt, C * kt, H, W]``), the
-    weight's temporal taps into its input channels. Any other one is the sum over its temporal taps of a 2-D
-    convolution of the frames each tap reads (the same sum in another order). A string padding goes to the
-    original."""
+    Rewrite: non-overlapping time windows are 2-D convolutions with time folded into the batch and the temporal taps
+    into the input channels; any other temporal kernel is the sum over its taps of a 2-D convolution of the frames
+    each tap reads (the same sum in another order). A string padding goes to the original."""
 
     def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         if isinstance(padding, str) or input.dim() != 5:

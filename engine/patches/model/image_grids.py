@@ -1,12 +1,10 @@
 """Per-image loops over image grids (crops, resized position grids, patch mergers) computed per packed position.
 
-Pattern: a vision tower or its projector loops over the images in Python, reading each image's size from an input
-(``image_sizes``, ``grid_thw``): it crops each image's patches, resizes a learned position grid to each image's size,
-or merges each image's patches in blocks. The loop pins the number of images, and the sizes read from the input are
-data-dependent (``int()`` of them fails, and the ops they size guard on them). Each packed position's image, frame,
-row and column is a function of its index (:mod:`engine.patches.packed_positions`), so the same tensors come from
-one selection or gather over every image: the crops as a mask, a resize as each position's separable filter
-weights, a block merge as a gather of each block's patches. Hypothesis tests check each against the loop.
+Pattern: a vision tower or projector loops over the images in Python with each image's size read from an input
+(``image_sizes``, ``grid_thw``): the loop pins the number of images, and the sizes are data-dependent (``int()`` of
+them fails; the ops they size guard on them). Each packed position's image, frame, row and column is a function of
+its index (:mod:`engine.patches.packed_positions`), so one selection or gather over every image gives the same
+tensors: crops as a mask, a resize as separable filter weights, a block merge as a gather of each block's patches.
 """
 
 from __future__ import annotations
@@ -75,13 +73,12 @@ class _PackedCropsFirst(ast.NodeTransformer):
 
 @register_patch("dynamo", "transformers.models.pixtral.modeling_pixtral.PixtralVisionModel.forward")
 def _patch_crops_without_a_per_image_loop(original):
-    """Pattern: Pixtral's vision tower crops each image to its size in a list comprehension over
-    ``zip(patch_embeds, image_sizes)`` (without ``image_sizes``: ``[(height, width)] * batch_size``), then loops over
-    the crops for their positions and mask. The list pins the batch to the traced size, and sizes read from the
-    ``image_sizes`` tensor reach SDPA's ``q_length > 1`` as a guard. Rewrite: the forward recompiled from its
-    source (decorators kept) with :func:`packed_crops` first: one selection of every image's patches (a reshape
-    without ``image_sizes``), positions and a block-diagonal mask from each patch's image, row and column. With
-    ``image_sizes`` the program takes two patches or more in all. TODO (transformers): no upstream issue found."""
+    """Pattern: Pixtral's vision tower crops each image in a list over ``zip(patch_embeds, image_sizes)`` (none
+    given: ``[(height, width)] * batch_size``), then loops over the crops for positions and mask: the list pins the
+    batch, and sizes read from ``image_sizes`` reach SDPA's ``q_length > 1`` as a guard. Rewrite: the forward
+    recompiled (decorators kept) with :func:`packed_crops` first: one selection of every image's patches, positions
+    and a block-diagonal mask from each patch's image, row and column. With ``image_sizes`` the program takes two
+    patches or more in all. TODO (transformers): no upstream issue found."""
     return recompiled(original, _PackedCropsFirst(), {_PACKED: packed_crops})
 
 
