@@ -21,6 +21,7 @@ named after the pattern (never a model); importing this package registers them a
 ``masks``                  attention masks by broadcasting instead of ``torch.vmap``; none for unpadded encoders
 ``caches``                 cache updates that branch on the traced prompt length
 ``buffer_branches``        Python branches on a small buffer's values (EoMT's schedule), the values as numbers
+``padded_selections``     per-sample boolean selections padded to one length (UDOP's patch merge), as a scatter by rank
 =========================  =========================================================================================
 
 A family module imports the registry, :mod:`engine.patches.source_rewrite`, :mod:`engine.patches.packed_positions`,
@@ -46,6 +47,7 @@ from engine.patches.model import (  # noqa: F401
     chunked_attention,
     block_selection,
     placeholder_merges,
+    padded_selections,
     caches,
     rope_positions,
 )
