@@ -17,7 +17,7 @@ import torch
 from engine.patches.packed_positions import images_of_positions, packed_positions
 from engine.patches.registry import register_patch
 from engine.patches.source_rewrite import recompiled
-from engine.stacked_rows import RaggedRows
+from engine.stacked_rows import RaggedRows, StackedRows
 
 
 def packed_crops(model: torch.nn.Module, pixel_values: torch.Tensor,
@@ -423,5 +423,33 @@ def _patch_image_features_of_cropped_codes(original):
         fields = {name: value for name, value in encoded.items() if name != "image_tokens"}
         return type(encoded)(**fields, image_tokens=crops_as_ragged_rows(crops),
                              pooler_output=RaggedRows(embeddings, sizes[:, 0] * (sizes[:, 1] + 1)))
+
+    return get_image_features
+
+
+@register_patch("dynamo", "transformers.models.deepseek_ocr2.modeling_deepseek_ocr2.DeepseekOcr2Model.get_image_features")
+def _patch_global_views_without_a_per_image_loop(original):
+    """Pattern: DeepSeek-OCR-2's ``get_image_features`` assembles each image's features in a loop over the batch
+    (``per_image_local = [None] * batch_size``, then ``for idx in range(batch_size)``, modeling_deepseek_ocr2.py:
+    1424-1437), pinning the image count. Without local views every image is its global view's tokens and the view
+    separator: one concatenation for every image, returned as the per-image list eager returns
+    (:class:`~engine.stacked_rows.StackedRows`). Images with local views take the original. TODO (transformers): no
+    upstream issue found."""
+    from transformers.utils.generic import can_return_tuple
+
+    @can_return_tuple  # as the original: it takes `return_dict` out of the kwargs
+    @functools.wraps(original)
+    def get_image_features(self, pixel_values, pixel_values_local=None, num_local_patches=None, **kwargs):
+        if pixel_values_local is not None:
+            return original(self, pixel_values, pixel_values_local, num_local_patches, **kwargs)
+        from transformers.models.deepseek_ocr2.modeling_deepseek_ocr2 import DeepseekOcr2ModelOutputWithPooling
+
+        vision = self.vision_tower(pixel_values, **kwargs)
+        features = self.multi_modal_projector(vision.last_hidden_state)
+        tokens = features.reshape(features.shape[0], -1, features.shape[-1])
+        separator = self.view_separator.to(features.device)[None, None].expand(tokens.shape[0], 1, -1)
+        return DeepseekOcr2ModelOutputWithPooling(
+            last_hidden_state=vision.last_hidden_state, pooler_output=StackedRows(torch.cat([tokens, separator], 1)),
+            hidden_states=vision.hidden_states, attentions=vision.attentions)
 
     return get_image_features

@@ -199,3 +199,37 @@ def test_bpe_tokens_of_crops_equal_the_per_image_crops(sizes, seed):
     expected = torch.cat([mapping.convert_img2bpe(crop).flatten() for crop in crops])
     got = bpe_tokens_of_crops(mapping, cropped_codes(grids, image_sizes, factor))
     assert got.dtype == expected.dtype and torch.equal(got, expected)
+
+
+class _GlobalViews(torch.nn.Module):
+    """DeepSeek-OCR-2's get_image_features over a stand-in tower: each image's projected tokens, then a separator."""
+
+    def __init__(self, get_image_features):
+        super().__init__()
+        from transformers.modeling_outputs import BaseModelOutput
+
+        class Tower(torch.nn.Module):
+            def forward(self, pixel_values, **kwargs):
+                return BaseModelOutput(last_hidden_state=pixel_values.flatten(2).transpose(1, 2))
+
+        self.vision_tower, self.multi_modal_projector = Tower(), torch.nn.Linear(3, 4)
+        self.view_separator = torch.nn.Parameter(torch.randn(4))
+        self.features = get_image_features
+
+    def forward(self, pixel_values):
+        return torch.cat(self.features(self, pixel_values).pooler_output, dim=0)
+
+
+def test_global_views_equal_the_per_image_loop_and_export_for_any_batch():
+    from transformers.models.deepseek_ocr2.modeling_deepseek_ocr2 import DeepseekOcr2Model
+
+    from engine.patches.model.image_grids import _patch_global_views_without_a_per_image_loop
+
+    original = _GlobalViews(DeepseekOcr2Model.get_image_features)
+    patched = _GlobalViews(_patch_global_views_without_a_per_image_loop(DeepseekOcr2Model.get_image_features))
+    patched.load_state_dict(original.state_dict())
+    for batch in (1, 3):
+        pixel_values = torch.randn(batch, 3, 2, 4)
+        torch.testing.assert_close(patched(pixel_values), original(pixel_values), rtol=0, atol=0)
+    assert_exports_and_runs(patched, {"pixel_values": torch.randn(2, 3, 2, 4)}, {"pixel_values": torch.randn(3, 3, 2, 4)},
+                            "dynamo", tolerance=1e-6)
