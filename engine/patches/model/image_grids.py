@@ -453,3 +453,36 @@ def _patch_global_views_without_a_per_image_loop(original):
             hidden_states=vision.hidden_states, attentions=vision.attentions)
 
     return get_image_features
+
+
+@register_patch("dynamo", "transformers.models.unlimited_ocr.modeling_unlimited_ocr.UnlimitedOcrModel.get_image_features")
+def _patch_global_grids_without_a_per_image_loop(original):
+    """Pattern: UnlimitedOCR's ``get_image_features`` (DeepSeek-OCR-2's, with a newline token after each row of the
+    global grid) assembles each image's features in a loop over the batch (modeling_unlimited_ocr.py:1856-1884),
+    pinning the image count. Without local views every image is its global grid with the newline column, then the
+    view separator: one concatenation for every image, returned as the per-image list
+    (:class:`~engine.stacked_rows.StackedRows`). Images with local views take the original. TODO (transformers): no
+    upstream issue found."""
+    from transformers.utils.generic import can_return_tuple
+
+    @can_return_tuple  # as the original: it takes `return_dict` out of the kwargs
+    @functools.wraps(original)
+    def get_image_features(self, pixel_values, pixel_values_local=None, num_local_patches=None, patches_grid=None,
+                           **kwargs):
+        if pixel_values_local is not None:
+            return original(self, pixel_values, pixel_values_local, num_local_patches, patches_grid, **kwargs)
+        from transformers.models.unlimited_ocr.modeling_unlimited_ocr import UnlimitedOcrModelOutputWithPooling
+
+        vision = self.vision_tower(pixel_values, **kwargs)
+        features = self.multi_modal_projector(vision.last_hidden_state)
+        batch, tokens, width = features.shape
+        side = int(tokens ** 0.5)
+        grid = features.reshape(batch, side, side, width)
+        newline = self.image_newline.to(features.device)[None, None, None].expand(batch, side, 1, width)
+        grid = torch.cat([grid, newline], dim=2).reshape(batch, -1, width)
+        separator = self.view_separator.to(features.device)[None, None].expand(batch, 1, -1)
+        return UnlimitedOcrModelOutputWithPooling(
+            last_hidden_state=vision.last_hidden_state, pooler_output=StackedRows(torch.cat([grid, separator], 1)),
+            hidden_states=vision.hidden_states, attentions=vision.attentions)
+
+    return get_image_features

@@ -214,22 +214,29 @@ class _GlobalViews(torch.nn.Module):
 
         self.vision_tower, self.multi_modal_projector = Tower(), torch.nn.Linear(3, 4)
         self.view_separator = torch.nn.Parameter(torch.randn(4))
+        self.image_newline = torch.nn.Parameter(torch.randn(4))  # UnlimitedOCR's, after each row of the grid
         self.features = get_image_features
 
     def forward(self, pixel_values):
         return torch.cat(self.features(self, pixel_values).pooler_output, dim=0)
 
 
-def test_global_views_equal_the_per_image_loop_and_export_for_any_batch():
-    from transformers.models.deepseek_ocr2.modeling_deepseek_ocr2 import DeepseekOcr2Model
+@pytest.mark.parametrize("model", ["deepseek_ocr2", "unlimited_ocr"])
+def test_global_views_equal_the_per_image_loop_and_export_for_any_batch(model):
+    """DeepSeek-OCR-2's global tokens and separator, and UnlimitedOCR's global grid with its newline column."""
+    from engine.patches.model import image_grids
 
-    from engine.patches.model.image_grids import _patch_global_views_without_a_per_image_loop
-
-    original = _GlobalViews(DeepseekOcr2Model.get_image_features)
-    patched = _GlobalViews(_patch_global_views_without_a_per_image_loop(DeepseekOcr2Model.get_image_features))
+    if model == "deepseek_ocr2":
+        from transformers.models.deepseek_ocr2.modeling_deepseek_ocr2 import DeepseekOcr2Model as Model
+        rewrite = image_grids._patch_global_views_without_a_per_image_loop
+    else:
+        from transformers.models.unlimited_ocr.modeling_unlimited_ocr import UnlimitedOcrModel as Model
+        rewrite = image_grids._patch_global_grids_without_a_per_image_loop
+    original = _GlobalViews(Model.get_image_features)
+    patched = _GlobalViews(rewrite(Model.get_image_features))
     patched.load_state_dict(original.state_dict())
     for batch in (1, 3):
-        pixel_values = torch.randn(batch, 3, 2, 4)
+        pixel_values = torch.randn(batch, 3, 3, 3)  # a square grid of tokens (UnlimitedOCR's side is its root)
         torch.testing.assert_close(patched(pixel_values), original(pixel_values), rtol=0, atol=0)
-    assert_exports_and_runs(patched, {"pixel_values": torch.randn(2, 3, 2, 4)}, {"pixel_values": torch.randn(3, 3, 2, 4)},
+    assert_exports_and_runs(patched, {"pixel_values": torch.randn(2, 3, 3, 3)}, {"pixel_values": torch.randn(3, 3, 3, 3)},
                             "dynamo", tolerance=1e-6)
