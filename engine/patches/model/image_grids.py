@@ -486,3 +486,27 @@ def _patch_global_grids_without_a_per_image_loop(original):
             hidden_states=vision.hidden_states, attentions=vision.attentions)
 
     return get_image_features
+
+
+@register_patch("dynamo", "transformers.models.step3p7.modeling_step3p7.Step3p7Model.get_image_features")
+def _patch_image_rows_without_a_per_image_loop(original):
+    """Pattern: Step3p7's ``get_image_features`` builds ``num_local_patches = [0] * image_features.shape[0]`` and
+    merges each image's features in a loop over it (modeling_step3p7.py:976-988), pinning the image count. Without
+    local patches every image's features are its own rows: one reshape for every image, returned as the per-image
+    list (:class:`~engine.stacked_rows.StackedRows`). Local patches take the original. TODO (transformers): no
+    upstream issue found."""
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+    from transformers.utils.generic import can_return_tuple
+
+    @can_return_tuple  # as the original: it takes `return_dict` out of the kwargs
+    @functools.wraps(original)
+    def get_image_features(self, pixel_values, pixel_values_local=None, num_local_patches=None, **kwargs):
+        if pixel_values_local is not None or num_local_patches is not None:
+            return original(self, pixel_values, pixel_values_local, num_local_patches, **kwargs)
+        vision = self.vision_model(pixel_values, **kwargs)
+        features = self.multi_modal_projector(vision.last_hidden_state)
+        rows = features.reshape(features.shape[0], -1, features.shape[-1])
+        return BaseModelOutputWithPooling(last_hidden_state=vision.last_hidden_state, pooler_output=StackedRows(rows),
+                                          hidden_states=vision.hidden_states, attentions=vision.attentions)
+
+    return get_image_features

@@ -213,6 +213,7 @@ class _GlobalViews(torch.nn.Module):
                 return BaseModelOutput(last_hidden_state=pixel_values.flatten(2).transpose(1, 2))
 
         self.vision_tower, self.multi_modal_projector = Tower(), torch.nn.Linear(3, 4)
+        self.vision_model = self.vision_tower  # Step3p7's name for it
         self.view_separator = torch.nn.Parameter(torch.randn(4))
         self.image_newline = torch.nn.Parameter(torch.randn(4))  # UnlimitedOCR's, after each row of the grid
         self.features = get_image_features
@@ -221,14 +222,18 @@ class _GlobalViews(torch.nn.Module):
         return torch.cat(self.features(self, pixel_values).pooler_output, dim=0)
 
 
-@pytest.mark.parametrize("model", ["deepseek_ocr2", "unlimited_ocr"])
+@pytest.mark.parametrize("model", ["deepseek_ocr2", "unlimited_ocr", "step3p7"])
 def test_global_views_equal_the_per_image_loop_and_export_for_any_batch(model):
-    """DeepSeek-OCR-2's global tokens and separator, and UnlimitedOCR's global grid with its newline column."""
+    """DeepSeek-OCR-2's global tokens and separator, UnlimitedOCR's global grid with its newline column, and
+    Step3p7's image rows."""
     from engine.patches.model import image_grids
 
     if model == "deepseek_ocr2":
         from transformers.models.deepseek_ocr2.modeling_deepseek_ocr2 import DeepseekOcr2Model as Model
         rewrite = image_grids._patch_global_views_without_a_per_image_loop
+    elif model == "step3p7":
+        from transformers.models.step3p7.modeling_step3p7 import Step3p7Model as Model
+        rewrite = image_grids._patch_image_rows_without_a_per_image_loop
     else:
         from transformers.models.unlimited_ocr.modeling_unlimited_ocr import UnlimitedOcrModel as Model
         rewrite = image_grids._patch_global_grids_without_a_per_image_loop
