@@ -7,11 +7,14 @@ rest of transformers sees Python's own.
 
 from __future__ import annotations
 
+import ast
 import builtins
+import re
 
 import torch
 
 from engine.patches.registry import register_patch
+from engine.patches.source_rewrite import recompiled
 from engine.stacked_rows import StackedRows
 
 
@@ -92,3 +95,89 @@ def _patch_int_of_tensor_as_unbacked_value(original):
         return builtins.int(value, *args)
 
     return int_
+
+
+def _tensor_or(name: str, batched: ast.expr, listed: ast.expr) -> ast.IfExp:
+    """``<batched> if isinstance(<name>, torch.Tensor) else <listed>``."""
+    test = ast.parse(f"isinstance({name}, torch.Tensor)", mode="eval").body
+    return ast.IfExp(test=test, body=batched, orelse=listed)
+
+
+class _SeriesRowsAsOneTensor(ast.NodeTransformer):
+    """Over a batch-major tensor: ``[ts[s] for ts in X]`` -> ``X[:, s]``, ``torch.stack([torch.min(ts) for ts in
+    X])`` -> ``X.amin(-1)`` and ``[0] * len(X)`` -> a zero tensor as long as ``X``, each kept as it was for a list."""
+
+    matched = 0
+
+    def visit_ListComp(self, node: ast.ListComp) -> ast.AST:
+        gen = node.generators[0]
+        if (len(node.generators) == 1 and not gen.ifs and isinstance(gen.target, ast.Name)
+                and isinstance(gen.iter, ast.Name) and isinstance(node.elt, ast.Subscript)
+                and isinstance(node.elt.value, ast.Name) and node.elt.value.id == gen.target.id
+                and isinstance(node.elt.slice, ast.Slice)):
+            self.matched += 1
+            rows = ast.Subscript(value=ast.Name(gen.iter.id, ast.Load()), ctx=ast.Load(),
+                                 slice=ast.Tuple([ast.Slice(), node.elt.slice], ast.Load()))
+            return _tensor_or(gen.iter.id, rows, node)
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        text = ast.unparse(node)
+        match = re.fullmatch(r"torch\.stack\(\[torch\.(min|max)\((\w+)\) for \2 in (\w+)\]\)", text)
+        if match:
+            self.matched += 1
+            reduced = ast.parse(f"{match[3]}.a{match[1]}(-1)", mode="eval").body
+            return _tensor_or(match[3], reduced, node)
+        return node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        text = ast.unparse(node)
+        match = re.fullmatch(r"\[0\] \* len\((\w+)\)", text)
+        if match:
+            self.matched += 1
+            zeros = ast.parse(f"torch.zeros({match[1]}.shape[0], dtype=torch.long)", mode="eval").body
+            return _tensor_or(match[1], zeros, node)
+        return node
+
+
+def padded_series(model: torch.nn.Module, inputs: torch.Tensor, freq=None, context_len: int | None = None):
+    """TimesFM's ``_preprocess`` for a batch-major tensor of series of one length: each front-padded with zeros or
+    cut to ``context_len``, with its padding mask (ones over the front pad), and the frequencies as a column."""
+    context_len = context_len or model.context_len
+    length = inputs.shape[1]
+    padding = inputs.new_zeros(inputs.shape[0], length + model.horizon_len)
+    if length < context_len:
+        front = inputs.new_zeros(inputs.shape[0], context_len - length)
+        inputs, padding = torch.cat([front, inputs], dim=1), torch.cat([front + 1, padding], dim=1)
+    elif length > context_len:
+        inputs, padding = inputs[:, -context_len:], padding[:, -(context_len + model.horizon_len):]
+    if freq is None:
+        return inputs, padding
+    return inputs, padding, torch.as_tensor(freq)[: inputs.shape[0]].to(torch.int32).reshape(-1, 1)
+
+
+_SERIES_MODELS = {"timesfm": "TimesFmModelForPrediction", "timesfm2_5": "TimesFm2_5ModelForPrediction"}
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}.forward" for m, c in _SERIES_MODELS.items()))
+def _patch_series_rows_as_one_tensor(original):
+    """Pattern: TimesFM's forecast takes a list of series, and iterates the zoo's (batch, length) tensor as one:
+    ``[ts[-n:] for ts in past_values]``, a min per row stacked, ``[0] * len(inputs)`` frequencies
+    (modeling_timesfm.py:701-716, timesfm2_5:754-755): lists as long as the batch, which pin it. Rewrite: for a
+    tensor, the same rows, minima and frequencies as tensor ops (the forward recompiled, decorators kept; a list
+    takes its own path), and ``_preprocess`` below pads them at once. TODO (transformers): no upstream issue found."""
+    return recompiled(original, _SeriesRowsAsOneTensor())
+
+
+@register_patch("dynamo", *(f"transformers.models.{m}.modeling_{m}.{c}._preprocess" for m, c in _SERIES_MODELS.items()))
+def _patch_series_padded_at_once(original):
+    """TimesFM's ``_preprocess`` for a batch-major tensor of series (:func:`padded_series`); a list goes to the
+    original."""
+
+    def _preprocess(self, inputs, freq=None, context_len=None):
+        if isinstance(inputs, torch.Tensor):
+            return padded_series(self, inputs, freq, context_len)
+        return original(self, inputs, freq, context_len)
+
+    return _preprocess

@@ -1,6 +1,9 @@
 """``len()`` of a tensor in modeling code stays symbolic under export."""
 
 
+from unittest import mock
+
+import pytest
 import torch
 
 
@@ -37,3 +40,39 @@ def test_len_of_a_tensor_stays_symbolic_under_export():
     for module_name in _TENSOR_LEN_MODULES:
         source = inspect.getsource(importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}"))
         assert "batch_size = len(source_flatten)" in source or "[len(i) for i in scaled_images]" in source, module_name
+
+
+def _tiny_timesfm():
+    from transformers import TimesFmConfig, TimesFmModelForPrediction
+
+    config = TimesFmConfig(patch_length=4, context_length=16, horizon_length=4, hidden_size=8, intermediate_size=16,
+                           num_hidden_layers=1, num_attention_heads=2, head_dim=4)
+    torch.manual_seed(0)
+    return TimesFmModelForPrediction(config).eval()
+
+
+@pytest.mark.parametrize("batch, length", [(1, 12), (3, 16), (2, 24)])
+def test_a_batch_of_series_as_one_tensor_forecasts_as_the_list(batch, length):
+    """The recompiled forecast on a (batch, length) tensor gives the original's forecast of the same series (short,
+    exact and long contexts), and a list of series still takes the original's path. (TimesFM 2.5 shares the
+    rewrite; its rows in reports/baseline are the check.)"""
+    from engine.patches.model.tensor_builtins import _patch_series_padded_at_once, _patch_series_rows_as_one_tensor
+
+    model = _tiny_timesfm()
+    cls = type(model)
+    forward = _patch_series_rows_as_one_tensor(cls.forward)
+    preprocess = _patch_series_padded_at_once(cls._preprocess)
+    series = torch.randn(batch, length)
+    with torch.no_grad():
+        expected = model(past_values=series)
+        with mock.patch.object(cls, "_preprocess", preprocess):
+            got, listed = forward(model, past_values=series), forward(model, past_values=list(series))
+    for output in (got, listed):
+        torch.testing.assert_close(output.full_predictions, expected.full_predictions, rtol=1e-6, atol=1e-6)
+
+
+def test_a_batch_of_series_exports_for_any_batch():
+    from tests.engine.patches.export_checks import assert_exports_and_runs
+
+    assert_exports_and_runs(_tiny_timesfm(), {"past_values": torch.randn(2, 16)},
+                            {"past_values": torch.randn(3, 16)}, "dynamo", tolerance=1e-5)
