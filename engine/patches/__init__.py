@@ -18,6 +18,7 @@ Where to look for the workaround of X:
 ``registry``             ``register_patch`` / ``register_trace_context`` / ``register_fx_node_fix`` and their ``apply_*``
 ``fx_edit``              the node fixes' kit: ``insert_node``, ``size_node``, ``replace_node``, ``fake_value``
 ``source_rewrite``       a function recompiled from its own source through an AST rewrite
+``packed_positions``     a packed sequence's positions (each one's image, frame, row, column), shared by families
 =======================  ================================================================================================
 
 Four kinds of workaround, applied by the stages every exporter shares (:mod:`engine`): **patches** (a reversible,

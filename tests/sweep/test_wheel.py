@@ -45,10 +45,11 @@ def test_a_wheel_runs_the_headline_command_and_compares_with_its_packaged_baseli
     where = _run([str(python), "-c", "import sweep, engine; print(sweep.__file__, engine.__file__)"], cwd=work)
     assert str(REPO) not in where.stdout and str(env) in where.stdout, where.stdout
 
-    # BertModel runs; Emu3Model is listed on dynamo in the packaged skiplists: skipped, with its reason
-    swept = _run([str(python), "-m", "pytest", "--backend=dynamo", "--models=BertModel,Emu3Model"], cwd=work)
+    # BertModel runs; CsmForConditionalGeneration is listed on dynamo in the packaged skiplists: skipped, with its reason
+    swept = _run([str(python), "-m", "pytest", "--backend=dynamo", "--models=BertModel,CsmForConditionalGeneration"],
+                 cwd=work)
     assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-2000:]
-    assert "known failures: 1 cases skipped" in swept.stdout and "export_skip: Emu3ForConditionalGeneration" in swept.stdout
+    assert "known failures: 1 cases skipped" in swept.stdout and "export_skip: CsmForConditionalGeneration" in swept.stdout
     compared = _run([str(env / "bin" / "export-sweep"), "compare", "reports"], cwd=work)
     assert compared.returncode == 0, compared.stdout + compared.stderr
     assert compared.stdout.startswith("ok: 0 regressions, 0 missing cases") and "packaged" in (work / "reports" / "compare.md").read_text()
