@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import sys
 
 import torch
 
@@ -427,32 +428,43 @@ def _patch_image_features_of_cropped_codes(original):
     return get_image_features
 
 
+def global_view_features(original, output_type: str, arrange):
+    """``get_image_features`` of the DeepSeek-OCR family without local views: every image's global tokens
+    (``arrange(self, projected)``, batch-major) then the view separator, in one concatenation returned as the
+    per-image list (:class:`~engine.stacked_rows.StackedRows`); images with local views take the original."""
+    from transformers.utils.generic import can_return_tuple
+
+    @can_return_tuple  # as the original: it takes `return_dict` out of the kwargs
+    @functools.wraps(original)
+    def get_image_features(self, pixel_values, pixel_values_local=None, *args, **kwargs):
+        if pixel_values_local is not None:
+            return original(self, pixel_values, pixel_values_local, *args, **kwargs)
+        vision = self.vision_tower(pixel_values, **kwargs)
+        rows = arrange(self, self.multi_modal_projector(vision.last_hidden_state))
+        separator = self.view_separator.to(rows.device)[None, None].expand(rows.shape[0], 1, -1)
+        output = getattr(sys.modules[original.__module__], output_type)
+        return output(last_hidden_state=vision.last_hidden_state, hidden_states=vision.hidden_states,
+                      attentions=vision.attentions, pooler_output=StackedRows(torch.cat([rows, separator], 1)))
+
+    return get_image_features
+
+
 @register_patch("dynamo", "transformers.models.deepseek_ocr2.modeling_deepseek_ocr2.DeepseekOcr2Model.get_image_features")
 def _patch_global_views_without_a_per_image_loop(original):
     """Pattern: DeepSeek-OCR-2's ``get_image_features`` assembles each image's features in a loop over the batch
     (``per_image_local = [None] * batch_size``, then ``for idx in range(batch_size)``, modeling_deepseek_ocr2.py:
     1424-1437), pinning the image count. Without local views every image is its global view's tokens and the view
-    separator: one concatenation for every image, returned as the per-image list eager returns
-    (:class:`~engine.stacked_rows.StackedRows`). Images with local views take the original. TODO (transformers): no
-    upstream issue found."""
-    from transformers.utils.generic import can_return_tuple
+    separator (:func:`global_view_features`). TODO (transformers): no upstream issue found."""
+    return global_view_features(original, "DeepseekOcr2ModelOutputWithPooling",
+                                lambda self, features: features.reshape(features.shape[0], -1, features.shape[-1]))
 
-    @can_return_tuple  # as the original: it takes `return_dict` out of the kwargs
-    @functools.wraps(original)
-    def get_image_features(self, pixel_values, pixel_values_local=None, num_local_patches=None, **kwargs):
-        if pixel_values_local is not None:
-            return original(self, pixel_values, pixel_values_local, num_local_patches, **kwargs)
-        from transformers.models.deepseek_ocr2.modeling_deepseek_ocr2 import DeepseekOcr2ModelOutputWithPooling
 
-        vision = self.vision_tower(pixel_values, **kwargs)
-        features = self.multi_modal_projector(vision.last_hidden_state)
-        tokens = features.reshape(features.shape[0], -1, features.shape[-1])
-        separator = self.view_separator.to(features.device)[None, None].expand(tokens.shape[0], 1, -1)
-        return DeepseekOcr2ModelOutputWithPooling(
-            last_hidden_state=vision.last_hidden_state, pooler_output=StackedRows(torch.cat([tokens, separator], 1)),
-            hidden_states=vision.hidden_states, attentions=vision.attentions)
-
-    return get_image_features
+def _rows_with_newlines(self, features: torch.Tensor) -> torch.Tensor:
+    """UnlimitedOCR's global grid (a square of tokens) with its newline token after each row, row by row."""
+    batch, tokens, width = features.shape
+    side = int(tokens ** 0.5)
+    newline = self.image_newline.to(features.device)[None, None, None].expand(batch, side, 1, width)
+    return torch.cat([features.reshape(batch, side, side, width), newline], dim=2).reshape(batch, -1, width)
 
 
 @register_patch("dynamo", "transformers.models.unlimited_ocr.modeling_unlimited_ocr.UnlimitedOcrModel.get_image_features")
@@ -460,32 +472,8 @@ def _patch_global_grids_without_a_per_image_loop(original):
     """Pattern: UnlimitedOCR's ``get_image_features`` (DeepSeek-OCR-2's, with a newline token after each row of the
     global grid) assembles each image's features in a loop over the batch (modeling_unlimited_ocr.py:1856-1884),
     pinning the image count. Without local views every image is its global grid with the newline column, then the
-    view separator: one concatenation for every image, returned as the per-image list
-    (:class:`~engine.stacked_rows.StackedRows`). Images with local views take the original. TODO (transformers): no
-    upstream issue found."""
-    from transformers.utils.generic import can_return_tuple
-
-    @can_return_tuple  # as the original: it takes `return_dict` out of the kwargs
-    @functools.wraps(original)
-    def get_image_features(self, pixel_values, pixel_values_local=None, num_local_patches=None, patches_grid=None,
-                           **kwargs):
-        if pixel_values_local is not None:
-            return original(self, pixel_values, pixel_values_local, num_local_patches, patches_grid, **kwargs)
-        from transformers.models.unlimited_ocr.modeling_unlimited_ocr import UnlimitedOcrModelOutputWithPooling
-
-        vision = self.vision_tower(pixel_values, **kwargs)
-        features = self.multi_modal_projector(vision.last_hidden_state)
-        batch, tokens, width = features.shape
-        side = int(tokens ** 0.5)
-        grid = features.reshape(batch, side, side, width)
-        newline = self.image_newline.to(features.device)[None, None, None].expand(batch, side, 1, width)
-        grid = torch.cat([grid, newline], dim=2).reshape(batch, -1, width)
-        separator = self.view_separator.to(features.device)[None, None].expand(batch, 1, -1)
-        return UnlimitedOcrModelOutputWithPooling(
-            last_hidden_state=vision.last_hidden_state, pooler_output=StackedRows(torch.cat([grid, separator], 1)),
-            hidden_states=vision.hidden_states, attentions=vision.attentions)
-
-    return get_image_features
+    view separator (:func:`global_view_features`). TODO (transformers): no upstream issue found."""
+    return global_view_features(original, "UnlimitedOcrModelOutputWithPooling", _rows_with_newlines)
 
 
 @register_patch("dynamo", "transformers.models.step3p7.modeling_step3p7.Step3p7Model.get_image_features")

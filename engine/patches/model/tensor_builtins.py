@@ -121,24 +121,22 @@ class _SeriesRowsAsOneTensor(ast.NodeTransformer):
             return _tensor_or(gen.iter.id, rows, node)
         return node
 
+    def _batched(self, node: ast.expr, pattern: str, batched: str) -> ast.expr:
+        """``node`` as ``<batched> if isinstance(<rows>, torch.Tensor) else <node>`` where its source matches
+        ``pattern`` (``rows`` and the template's other fields are the pattern's named groups)."""
+        match = re.fullmatch(pattern, ast.unparse(node))
+        if match is None:
+            return node
+        self.matched += 1
+        return _tensor_or(match["rows"], ast.parse(batched.format(**match.groupdict()), mode="eval").body, node)
+
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
-        text = ast.unparse(node)
-        match = re.fullmatch(r"torch\.stack\(\[torch\.(min|max)\((\w+)\) for \2 in (\w+)\]\)", text)
-        if match:
-            self.matched += 1
-            reduced = ast.parse(f"{match[3]}.a{match[1]}(-1)", mode="eval").body
-            return _tensor_or(match[3], reduced, node)
-        return node
+        return self._batched(node, r"torch\.stack\(\[torch\.(?P<op>min|max)\((?P<row>\w+)\) for (?P=row) in (?P<rows>\w+)\]\)",
+                             "{rows}.a{op}(-1)")
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
-        text = ast.unparse(node)
-        match = re.fullmatch(r"\[0\] \* len\((\w+)\)", text)
-        if match:
-            self.matched += 1
-            zeros = ast.parse(f"torch.zeros({match[1]}.shape[0], dtype=torch.long)", mode="eval").body
-            return _tensor_or(match[1], zeros, node)
-        return node
+        return self._batched(node, r"\[0\] \* len\((?P<rows>\w+)\)", "torch.zeros({rows}.shape[0], dtype=torch.long)")
 
 
 def padded_series(model: torch.nn.Module, inputs: torch.Tensor, freq=None, context_len: int | None = None):
