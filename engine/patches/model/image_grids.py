@@ -146,8 +146,7 @@ def resized_grid_embeddings(grid: torch.Tensor, grid_thw: torch.Tensor, merge: i
     p = packed_positions(grid_thw, merge)
     rows = antialiased_bilinear_weights(p["row"], p["height"], grid.shape[0])
     cols = antialiased_bilinear_weights(p["col"], p["width"], grid.shape[1])
-    by_row = torch.einsum("pj,jkd->pkd", rows, grid.double())
-    return torch.einsum("pkd,pk->pd", by_row, cols).to(grid.dtype)
+    return separable_read(grid.double(), rows, cols).to(grid.dtype)
 
 
 @register_patch("dynamo", "transformers.models.cosmos3_edge.modeling_cosmos3_edge.Cosmos3EdgeVisionEmbeddings.forward")
@@ -173,6 +172,14 @@ def _patch_position_grid_resized_without_a_per_image_loop(original):
     return forward
 
 
+def _axis_taps(index: torch.Tensor, step: torch.Tensor, source: torch.Tensor):
+    """The two source taps and the second's weight of ``F.interpolate(mode="bilinear", align_corners=False)`` at
+    output ``index`` of an axis of ``source`` positions sampled every ``step`` (per row, or one for all)."""
+    src = ((index.double() + 0.5) * step - 0.5).clamp(min=0)
+    low = torch.minimum(src.floor().long(), source - 1)
+    return low, torch.minimum(low + 1, source - 1), src - low
+
+
 def bilinear_weights(index: torch.Tensor, size: torch.Tensor, source: int,
                      scale_factor: torch.Tensor | None = None) -> torch.Tensor:
     """Row ``index`` of ``F.interpolate(mode="bilinear", align_corners=False)``'s weights from ``source`` positions
@@ -180,14 +187,16 @@ def bilinear_weights(index: torch.Tensor, size: torch.Tensor, source: int,
     step is its inverse rather than ``source / size``. An axis whose size is the source's is copied, as torch's
     kernel does whatever the scale factor."""
     step = 1.0 / scale_factor.double() if scale_factor is not None else source / size.double()
-    src = ((index.double() + 0.5) * step - 0.5).clamp(min=0)
-    low = src.floor().clamp(max=source - 1)
-    high = (low + 1).clamp(max=source - 1)
-    frac = src - low
-    taps = torch.arange(source, dtype=torch.float64, device=index.device)
+    low, high, frac = _axis_taps(index, step, torch.tensor(source, device=index.device))
+    taps = torch.arange(source, device=index.device)
     weights = (torch.where(taps == low[:, None], 1 - frac[:, None], 0.0)
                + torch.where(taps == high[:, None], frac[:, None], 0.0))
     return torch.where((size == source)[:, None], (taps == index[:, None]).double(), weights)
+
+
+def separable_read(grid: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """A ``(h, w, dim)`` grid read at each position through its row and column weights (``(p, h)``, ``(p, w)``)."""
+    return torch.einsum("pkd,pk->pd", torch.einsum("pj,jkd->pkd", rows, grid), cols)
 
 
 def merged_frames(merger: torch.nn.Module, hidden_states: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
@@ -270,19 +279,11 @@ def _patch_shifted_position_grid_without_a_per_image_loop(original):
         p = packed_positions(grid_thw, 1)
         rows = bilinear_weights(p["row"], p["height"], edge, (p["height"] + 0.1) / edge)
         cols = bilinear_weights(p["col"], p["width"], edge, (p["width"] + 0.1) / edge)
-        positions = torch.einsum("pkd,pk->pd", torch.einsum("pj,jkd->pkd", rows, grid), cols)
+        positions = separable_read(grid, rows, cols)
         torch._check(embeddings.shape[0] == positions.shape[0])
         return (embeddings + positions.to(embeddings.dtype)).unsqueeze(0)
 
     return forward
-
-
-def _axis_taps(index: torch.Tensor, size: torch.Tensor, source: torch.Tensor):
-    """The two source taps and the second's weight of ``F.interpolate(mode="bilinear", align_corners=False)`` at
-    output ``index`` of an axis resized from ``source`` to ``size`` (both per row)."""
-    src = ((index.double() + 0.5) * (source.double() / size.double()) - 0.5).clamp(min=0)
-    low = torch.minimum(src.floor().long(), source - 1)
-    return low, torch.minimum(low + 1, source - 1), src - low
 
 
 def unshuffled_frames(hidden_states: torch.Tensor, grid_thw: torch.Tensor, merge_sizes: torch.Tensor) -> torch.Tensor:
@@ -295,8 +296,8 @@ def unshuffled_frames(hidden_states: torch.Tensor, grid_thw: torch.Tensor, merge
     frame, within = offset // (rows_out * cols_out)[image], offset % (rows_out * cols_out)[image]
     height, width, m = h[image], w[image], merge[image]
     first = ((t * h * w).cumsum(0) - t * h * w)[image] + frame * height * width
-    row_taps = _axis_taps(within // cols_out[image], rows_out[image], height)
-    col_taps = _axis_taps(within % cols_out[image], cols_out[image], width)
+    row_taps = _axis_taps(within // cols_out[image], height.double() / rows_out[image], height)
+    col_taps = _axis_taps(within % cols_out[image], width.double() / cols_out[image], width)
 
     def packed(row, col):  # the position of the frame's (row, col) in merge-block order
         return first + ((row // m) * (width // m) + col // m) * m * m + (row % m) * m + col % m
