@@ -28,7 +28,7 @@ exporters                   ``auto`` (the exporter for a config), ``exporter_dyn
 ``runtime/``                ``run_exported`` and the three runners; ``artifacts`` (save/load any artifact),
                             ``program_io`` (the ``.pt2`` round trip)
 stages                      ``prepare`` (stage 1), ``shapes``, ``shape_guards``, ``signature`` (stage 2),
-                            ``dim_bounds`` (stage 3), ``executorch_lowering`` (stage 4), ``onnx_io``,
+                            ``dim_bounds``, ``random_draws`` (stage 3), ``executorch_lowering`` (stage 4), ``onnx_io``,
                             ``pte_metadata`` (stage 5)
 ``patches/``                every workaround: registered patches, trace contexts, FX fixes, ONNX translations
 tools                       ``single_trace`` (one trace to a decomposed program), ``swap`` (reversible attribute

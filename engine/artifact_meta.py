@@ -19,6 +19,8 @@ GUARDS_KEY = "export_sweep.shape_guards"
 #: ``metadata_props`` keys: the exported model's class name (what every error message starts with), the input
 #: specs (:func:`engine.input_checks.specs_to_json`) and the inputs used as indices (:mod:`engine.index_inputs`)
 MODEL_KEY, INPUTS_KEY, INDEX_INPUTS_KEY = "export_sweep.model", "export_sweep.inputs", "export_sweep.index_inputs"
+#: ``metadata_props`` key holding the draws made program inputs (:mod:`engine.random_draws`), as JSON
+DRAWS_KEY = "export_sweep.random_draws"
 
 # ── ExecuTorch ──────────────────────────────────────────────────────────────────────────────────────────────
 #: name of the constant method that carries the program's metadata (a JSON string) inside the ``.pte``

@@ -36,6 +36,7 @@ from engine.patches.model.experts import use_batched_experts
 from engine.prepare import model_name, split_inputs
 from engine.index_inputs import find_index_inputs
 from engine.pte_metadata import drop_none_outputs, program_metadata, tensor_output_names, warn_specialised_by_lowering
+from engine.random_draws import lift_random_draws
 from engine.shape_guards import program_guards
 from engine.single_trace import single_trace_supported
 
@@ -131,6 +132,9 @@ class ExecutorchExporter(DynamoExporter):
         # straight to the ATen IR the lowering takes where it can (config.single_trace: one trace, not two)
         self._trace_table = trace_table(partitioners) if config.single_trace and single_trace_supported() else None
         program = self.trace(model, inputs, config)
+        draws = lift_random_draws(program)  # inputs the runner draws on torch's generator, as eager does
+        if draws is not None:
+            traced_inputs = {**traced_inputs, **{d["input"]: torch.empty(0) for d in draws["draws"]}}
         guards = program_guards(program)  # what the model's code assumed of the traced sizes, checked by the runner
 
         # ── Stage 3: Fix the program: finite dim bounds for memory planning, then the FX fixes ──────
@@ -160,6 +164,8 @@ class ExecutorchExporter(DynamoExporter):
                 if guards["guards"]:
                     meta["guards"] = guards
                 meta["index_inputs"] = index_inputs
+                if draws is not None:
+                    meta["random_draws"] = draws
                 edge._config_methods[META_METHOD] = json.dumps(meta)
 
                 # ── Stage 6: Write: the ExecuTorch program (ExecutorchExporter.save writes the .pte) ─

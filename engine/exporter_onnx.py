@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 import engine.patches.unlowerable_ops  # noqa: F401  (registers the fixes shared with ExecuTorch)
-from engine.artifact_meta import GUARDS_KEY, INDEX_INPUTS_KEY, INPUTS_KEY, MODEL_KEY
+from engine.artifact_meta import DRAWS_KEY, GUARDS_KEY, INDEX_INPUTS_KEY, INPUTS_KEY, MODEL_KEY
 from engine.index_inputs import find_index_inputs
 from engine.input_checks import exported_program_specs, specs_to_json
 from engine.configs import OnnxConfig
@@ -37,6 +37,7 @@ from engine.patches import apply_fx_node_fixes, apply_fx_program_fixes, apply_pa
 from engine.patches.onnx import TARGET_OPSET, decompose_once_applies, onnx_decomposition_table
 from engine.prepare import model_name
 from engine.pte_metadata import drop_none_outputs
+from engine.random_draws import lift_random_draws
 from engine.shape_guards import program_guards
 from engine.single_trace import single_trace_supported
 
@@ -98,6 +99,7 @@ class OnnxExporter(DynamoExporter):
             program = self.trace(model, inputs, config)
         finally:
             TARGET_OPSET.reset(target)
+        draws = lift_random_draws(program)  # inputs the runner draws on torch's generator, as eager does
         input_names, output_names = io_leaf_names(program)
         guards = program_guards(program)  # what the model's code assumed of the traced sizes, checked by the runner
         timings["trace"], clock = _lap(clock)
@@ -142,6 +144,8 @@ class OnnxExporter(DynamoExporter):
                 props[INDEX_INPUTS_KEY] = json.dumps(find_index_inputs(program))
             if guards["guards"]:
                 props[GUARDS_KEY] = json.dumps(guards)
+            if draws is not None:
+                props[DRAWS_KEY] = json.dumps(draws)
         except ValueError as e:
             raise ExportStageError("onnx-export", name, e) from e
 

@@ -63,17 +63,10 @@ def input_guards(program: torch.export.ExportedProgram) -> dict:
     symbols (data-dependent sizes) and plain per-dim bounds are left out."""
     from torch.utils._sympy.printers import PythonPrinter
 
-    from engine.input_checks import named_user_inputs
-
     shape_env = program_shape_env(program)
-    named = named_user_inputs(program) if shape_env is not None else None
-    if named is None:  # no shape env, or inputs that cannot be named: no guard can be checked by name
+    dims = input_dims(program) if shape_env is not None else None
+    if dims is None:  # no shape env, or inputs that cannot be named: no guard can be checked by name
         return {"guards": [], "dims": {}}
-    dims: dict[str, list] = {}
-    for name, val in named:
-        for d, size in enumerate(getattr(val, "shape", ())):
-            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
-                dims.setdefault(str(size.node.expr), [name, d])
     printer, guards = PythonPrinter(), []
     for guard in shape_env.guards:
         expr = guard.expr
@@ -85,10 +78,45 @@ def input_guards(program: torch.export.ExportedProgram) -> dict:
     return {"guards": guards, "dims": dims}
 
 
+def input_dims(program: torch.export.ExportedProgram) -> dict[str, list] | None:
+    """``{symbol: [leaf name, dim]}``: the first input dim of ``program`` that each of its size symbols stands for;
+    None when the inputs cannot be named."""
+    from engine.input_checks import named_user_inputs
+
+    named = named_user_inputs(program)
+    if named is None:
+        return None
+    dims: dict[str, list] = {}
+    for name, val in named:
+        for d, size in enumerate(getattr(val, "shape", ())):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                dims.setdefault(str(size.node.expr), [name, d])
+    return dims
+
+
+def size_of(code: str, sizes: Mapping[str, int]) -> int:
+    """The integer a recorded size expression (``s2 // 3200``) comes to at ``sizes`` (symbol -> size); ValueError
+    when it is not integer arithmetic over them."""
+    tree = _parse(code)
+    if tree is None:
+        raise ValueError(f"not a size expression: {code!r}")
+    try:
+        return int(_evaluate(tree, sizes))
+    except KeyError as e:
+        raise ValueError(f"size expression {code!r} names {e}, which no input dim gives") from None
+
+
+def dim_sizes(dims: Mapping[str, list], given: Mapping[str, torch.Tensor]) -> dict[str, int]:
+    """``{symbol: size}`` read from the given leaves, for the symbols of a ``{symbol: [leaf, dim]}`` record."""
+    return {sym: int(given[name].shape[d]) for sym, (name, d) in dims.items()
+            if name in given and isinstance(given[name], torch.Tensor) and given[name].ndim > d}
+
+
 # ── Evaluating a recorded guard ───────────────────────────────────────────────────────────────────────
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
            ast.Mod: operator.mod, ast.Pow: operator.pow}
+_CALLS = {"max": max, "min": min}
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
             ast.Gt: operator.gt, ast.GtE: operator.ge}
 
@@ -101,8 +129,11 @@ def _parse(code: str) -> ast.Expression | None:
     except SyntaxError:
         return None
     allowed = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.BinOp, ast.UnaryOp, ast.USub, ast.Not, ast.Compare,
-               ast.Constant, ast.Name, ast.Load, *_BINARY, *_COMPARE)
+               ast.Constant, ast.Name, ast.Load, ast.Call, *_BINARY, *_COMPARE)
     if not all(isinstance(node, allowed) for node in ast.walk(tree)):
+        return None
+    if any(isinstance(node, ast.Call) and (node.keywords or not isinstance(node.func, ast.Name) or node.func.id not in _CALLS)
+           for node in ast.walk(tree)):
         return None
     if any(isinstance(node, ast.Constant) and type(node.value) not in (int, bool) for node in ast.walk(tree)):
         return None
@@ -116,6 +147,8 @@ def _evaluate(node: ast.AST, sizes: Mapping[str, int]) -> int | bool:
         return node.value
     if isinstance(node, ast.Name):
         return sizes[node.id]
+    if isinstance(node, ast.Call):  # max / min of sizes (a stride of a dim that may be 0)
+        return _CALLS[node.func.id](_evaluate(a, sizes) for a in node.args)
     if isinstance(node, ast.UnaryOp):
         value = _evaluate(node.operand, sizes)
         return -value if isinstance(node.op, ast.USub) else not value
@@ -161,8 +194,7 @@ def check(label: str, record: Mapping[str, Any] | None, given: Mapping[str, torc
     if not record or not record.get("guards"):
         return
     dims = record.get("dims", {})
-    sizes = {sym: int(given[name].shape[d]) for sym, (name, d) in dims.items()
-             if name in given and isinstance(given[name], torch.Tensor) and given[name].ndim > d}
+    sizes = dim_sizes(dims, given)
     for code in record["guards"]:
         if holds(code, sizes) is False:
             used = set(_NAME.findall(code))

@@ -21,6 +21,7 @@ from engine.errors import ExportStageError, InputError, require
 from engine.index_inputs import check_index_values
 from engine.input_checks import as_tensor_inputs, check_leaves, specs_from_json
 from engine.pytree import get_leaf_tensors
+from engine.random_draws import draw_inputs
 from engine.runtime.dispatch import is_executorch_artifact, register_runner
 from engine.runtime.errors import executorch_message, run_failure, shapes
 
@@ -58,7 +59,9 @@ def check_inputs(meta: dict, inputs: dict[str, Any]) -> list[torch.Tensor]:
     :func:`engine.index_inputs.check_index_values`)."""
     label = meta.get("model", "program")
     specs = specs_from_json(meta["inputs"])
-    checked = check_leaves(label, specs, get_leaf_tensors(as_tensor_inputs(label, inputs, specs)))
+    leaves = get_leaf_tensors(as_tensor_inputs(label, inputs, specs))
+    leaves.update(draw_inputs(meta.get("random_draws"), leaves))  # the forward's own draws, made as eager makes them
+    checked = check_leaves(label, specs, leaves)
     check_index_values(label, meta.get("index_inputs", {}), checked)
     # sizes that break a trace guard would reach kernels planned for others (error 0x12, or a native crash)
     shape_guards.check(label, meta.get("guards"), checked)

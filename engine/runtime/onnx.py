@@ -19,12 +19,13 @@ import numpy as np
 import torch
 
 from engine import shape_guards
-from engine.artifact_meta import (GUARDS_KEY, INDEX_INPUTS_KEY, INPUT_LEAVES_KEY, INPUT_PREFIX, INPUTS_KEY, MODEL_KEY,
+from engine.artifact_meta import (DRAWS_KEY, GUARDS_KEY, INDEX_INPUTS_KEY, INPUT_LEAVES_KEY, INPUT_PREFIX, INPUTS_KEY, MODEL_KEY,
                                   OUTPUT_LEAVES_KEY)
 from engine.errors import ExportStageError, InputError, require
 from engine.index_inputs import check_index_values
 from engine.input_checks import as_tensor_inputs, check_leaves, specs_from_json
 from engine.pytree import get_leaf_tensors
+from engine.random_draws import draw_inputs
 from engine.runtime.dispatch import is_onnx_artifact, register_runner
 from engine.runtime.errors import onnxruntime_message, run_failure
 
@@ -96,6 +97,8 @@ def run_onnx(artifact: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     label = recorded.get(MODEL_KEY) or _artifact_name(artifact)
     specs = specs_from_json(json.loads(recorded[INPUTS_KEY])) if INPUTS_KEY in recorded else None
     leaves = get_leaf_tensors(as_tensor_inputs(label, inputs, specs))
+    if DRAWS_KEY in recorded:  # the forward's own draws, made as eager makes them
+        leaves.update(draw_inputs(json.loads(recorded[DRAWS_KEY]), leaves))
     if specs is not None:
         leaves = check_leaves(label, specs, leaves)
         check_index_values(label, json.loads(recorded.get(INDEX_INPUTS_KEY, "{}")), leaves)

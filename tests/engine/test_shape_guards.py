@@ -26,6 +26,8 @@ def _exprs():
         st.tuples(inner, inner).map(lambda ab: ab[0] * ab[1]),
         st.tuples(inner, st.integers(1, 9)).map(lambda ab: FloorDiv(ab[0], ab[1])),
         st.tuples(inner, st.integers(1, 9)).map(lambda ab: PythonMod(ab[0], ab[1])),
+        st.tuples(inner, inner).map(lambda ab: sympy.Max(ab[0], ab[1])),  # a stride of a dim that may be 0
+        st.tuples(inner, inner).map(lambda ab: sympy.Min(ab[0], ab[1])),
     ), max_leaves=6)
 
 
@@ -39,7 +41,8 @@ def test_a_recorded_guard_evaluates_as_sympy_does(left, right, relation, s, t):
     assert holds(PythonPrinter().doprint(expr), {"s0": s, "s1": t}) is expected
 
 
-@pytest.mark.parametrize("code", ["__import__('os').system('true')", "(1).__class__", "s0 / 2 > 1", "max(s0, 1) > 0",
+@pytest.mark.parametrize("code", ["__import__('os').system('true')", "(1).__class__", "s0 / 2 > 1", "abs(s0) > 0",
+                                  "max(s0, 1, key=int) > 0", "s0.bit_length() > 0",
                                   "'a' == 'a'"])
 def test_anything_but_integer_arithmetic_is_not_evaluated(code):
     assert holds(code, {"s0": 3}) is None
