@@ -260,8 +260,13 @@ def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits)
         for table in (ranges, env_ranges):
             if sym in internal and sym in table and bound > table[sym].upper:
                 table[sym] = ValueRanges(table[sym].lower, bound)
-    if caps:
-        _warn_caps(limits.model, caps, len(internal), fallback, largest)
+    lowered = _fit_data_dependent_sizes(planned, {**env_ranges, **ranges}, limits.tensor_limit)
+    for sym, bound in lowered.items():
+        for table in (ranges, env_ranges):
+            if sym in table:
+                table[sym] = ValueRanges(table[sym].lower, bound)
+    if caps or lowered:
+        _warn_caps(limits.model, caps, len(internal), fallback, largest, lowered)
     refuse_unrunnable_plan(program, planned, limits)
 
 
@@ -427,10 +432,39 @@ def _input_dim_caps(program: torch.export.ExportedProgram, limits: DimLimits, up
     return caps, floors, derived
 
 
-def _warn_caps(model: str, caps: Mapping[Any, tuple[int, str, str]], internal: int, fallback: int, largest: int) -> None:
+def _fit_data_dependent_sizes(planned: Mapping[Any, str], known: Mapping[Any, Any], limit: int | None) -> dict[Any, int]:
+    """``{symbol: bound}`` for data-dependent sizes (unbacked symbols) lowered so that every tensor they size fits
+    :data:`PLANNED_TENSOR_BUDGET`, where at their bounds one is over ``limit`` (the size a program with input dims
+    alone is refused at: such a plan cannot load). Pattern: Qwen-Omni's audio encoder runs its convolutions over a
+    data-dependent count of chunks (bounded by the largest input cap) and attends over the frames a (chunks x frames)
+    mask selects (bounded by its elements): 9 GB convolutions and 89 TB of attention scores, so the ``.pte`` failed
+    to load (``bad_alloc``). Halved as input dims are (:func:`_fit_to_budget`); a size past its bound at run time is
+    the runtime's error (0x12), which the export warning announces."""
+    data_dependent = {s for e in planned for s in e.free_symbols if free_unbacked_symbols(s)}
+    sizes = [e for e in planned if e.free_symbols & data_dependent]
+    if limit is None or not sizes:
+        return {}
+
+    def fixed(sym, _caps) -> int:
+        vr = known.get(sym)
+        return int(vr.upper) if vr is not None and not _unbounded(vr.upper) else MIN_LENGTH_CAP
+
+    bounds = {s: fixed(s, None) for s in data_dependent}
+    if max(int(e.xreplace({s: fixed(s, None) for s in e.free_symbols})) for e in sizes) <= limit:
+        return {}
+    chosen, _ = _fit_to_budget(sizes, bounds, {s: 1 for s in data_dependent}, fixed)
+    return {s: c for s, c in chosen.items() if c < bounds[s]}
+
+
+def _warn_caps(model: str, caps: Mapping[Any, tuple[int, str, str]], internal: int, fallback: int, largest: int,
+               lowered: Mapping[Any, int] | None = None) -> None:
     listing = "; ".join(f"{where} <= {cap} ({why})" for cap, why, where in caps.values())
     if internal:
         listing += f"; and {internal} internal size(s) at the largest cap, {fallback}"
+    if lowered:
+        listing += (f"; {len(lowered)} data-dependent size(s) bounded to fit the {PLANNED_TENSOR_BUDGET >> 20} MiB "
+                    f"tensor budget ({', '.join(f'{s} <= {c}' for s, c in sorted(lowered.items(), key=str))}): an input "
+                    "whose data gives more fails in the runtime (error 0x12)")
     over = (f" The largest planned tensor is still {largest / 2**20:.0f} MiB, over the "
             f"{PLANNED_TENSOR_BUDGET >> 20} MiB budget, at bounds the user stated or at the floor of "
             f"{BUDGET_FLOOR_FACTOR} x traced.") if largest > PLANNED_TENSOR_BUDGET else ""

@@ -377,3 +377,26 @@ def test_rows_a_mask_selects_are_planned_up_to_the_masks_size():
                                   dynamic_shapes={"x": {0: batch, 1: length}, "mask": {0: batch, 1: length}})
     bounds = _mask_count_bounds(program, program.range_constraints)
     assert bounds and set(bounds.values()) == {8 * 32}  # the count (shared by both): up to every mask element
+
+
+class _MaskedRowScores(torch.nn.Module):
+    """Scores between the rows a mask keeps (Qwen-Omni attends over the audio frames a chunk mask selects)."""
+
+    def forward(self, x, mask):
+        rows = x[mask]
+        return rows @ rows.T
+
+
+def test_a_data_dependent_size_that_plans_past_the_limit_is_bounded_to_the_budget():
+    """The kept rows are counted up to the mask's elements (8 x 8192): their scores would plan 16 GiB, a ``.pte``
+    that cannot load. The count is halved until they fit the budget, the warning names it, and the program runs."""
+    model = _MaskedRowScores().eval()
+    sample = {"x": torch.randn(2, 5, 4), "mask": torch.rand(2, 5) > 0.5}
+    batch, length = torch.export.Dim("batch", max=8), torch.export.Dim("length", max=8192)
+    shapes = {"x": {0: batch, 1: length}, "mask": {0: batch, 1: length}}
+    with pytest.warns(UnboundedDimWarning, match=r"1 data-dependent size\(s\) bounded to fit the 64 MiB tensor budget "
+                                                 r"\(u\d+ <= 4096\)"):
+        manager = ExecutorchExporter().export(model, sample, config=ExecutorchConfig(dynamic=True, dynamic_shapes=shapes))
+    other = {"x": torch.randn(3, 40, 4), "mask": torch.rand(3, 40) > 0.3}
+    comparison = compare_leaves(eager_leaves(model, other), run_exported(manager, other), atol=ATOL, rtol=RTOL)
+    assert comparison.ok, str(comparison)
