@@ -260,7 +260,7 @@ def bound_dynamic_dims(program: torch.export.ExportedProgram, limits: DimLimits)
         for table in (ranges, env_ranges):
             if sym in internal and sym in table and bound > table[sym].upper:
                 table[sym] = ValueRanges(table[sym].lower, bound)
-    lowered = _fit_data_dependent_sizes(planned, {**env_ranges, **ranges}, limits.tensor_limit)
+    lowered = _fit_data_dependent_sizes(planned, internal, {**env_ranges, **ranges}, limits.tensor_limit)
     for sym, bound in lowered.items():
         for table in (ranges, env_ranges):
             if sym in table:
@@ -432,15 +432,17 @@ def _input_dim_caps(program: torch.export.ExportedProgram, limits: DimLimits, up
     return caps, floors, derived
 
 
-def _fit_data_dependent_sizes(planned: Mapping[Any, str], known: Mapping[Any, Any], limit: int | None) -> dict[Any, int]:
-    """``{symbol: bound}`` for data-dependent sizes (unbacked symbols) lowered so that every tensor they size fits
+def _fit_data_dependent_sizes(planned: Mapping[Any, str], internal: set, known: Mapping[Any, Any],
+                              limit: int | None) -> dict[Any, int]:
+    """``{symbol: bound}`` for data-dependent sizes (unbacked symbols ``internal`` gave a bound: torch.export derived
+    none) lowered so that every tensor they size fits
     :data:`PLANNED_TENSOR_BUDGET`, where at their bounds one is over ``limit`` (the size a program with input dims
     alone is refused at: such a plan cannot load). Pattern: Qwen-Omni's audio encoder runs its convolutions over a
     data-dependent count of chunks (bounded by the largest input cap) and attends over the frames a (chunks x frames)
     mask selects (bounded by its elements): 9 GB convolutions and 89 TB of attention scores, so the ``.pte`` failed
     to load (``bad_alloc``). Halved as input dims are (:func:`_fit_to_budget`); a size past its bound at run time is
     the runtime's error (0x12), which the export warning announces."""
-    data_dependent = {s for e in planned for s in e.free_symbols if free_unbacked_symbols(s)}
+    data_dependent = {s for s in internal if free_unbacked_symbols(s)}  # bounds we chose; torch's derived ones hold
     sizes = [e for e in planned if e.free_symbols & data_dependent]
     if limit is None or not sizes:
         return {}

@@ -379,24 +379,27 @@ def test_rows_a_mask_selects_are_planned_up_to_the_masks_size():
     assert bounds and set(bounds.values()) == {8 * 32}  # the count (shared by both): up to every mask element
 
 
-class _MaskedRowScores(torch.nn.Module):
-    """Scores between the rows a mask keeps (Qwen-Omni attends over the audio frames a chunk mask selects)."""
+class _CountedRowScores(torch.nn.Module):
+    """Scores between the first rows a count read from data keeps (Qwen-Omni attends over its audio frames, counted
+    by a mask over chunks whose number is read from data)."""
 
     def forward(self, x, mask):
-        rows = x[mask]
-        return rows @ rows.T
+        n = mask.sum().item()
+        torch._check(n >= 0)
+        torch._check(n <= x.shape[0] * x.shape[1])
+        rows = x.flatten().narrow(0, 0, n)
+        return rows[:, None] * rows[None, :]
 
 
 def test_a_data_dependent_size_that_plans_past_the_limit_is_bounded_to_the_budget():
-    """The kept rows are counted up to the mask's elements (8 x 8192): their scores would plan 16 GiB, a ``.pte``
-    that cannot load. The count is halved until they fit the budget, the warning names it, and the program runs."""
-    model = _MaskedRowScores().eval()
-    sample = {"x": torch.randn(2, 5, 4), "mask": torch.rand(2, 5) > 0.5}
-    batch, length = torch.export.Dim("batch", max=8), torch.export.Dim("length", max=8192)
-    shapes = {"x": {0: batch, 1: length}, "mask": {0: batch, 1: length}}
+    """The count has no bound torch.export derived: it gets the largest input cap (65536 positions), at which its
+    scores would plan 16 GiB, a ``.pte`` that cannot load. It is halved until they fit the budget, the warning names
+    it, and the program runs."""
+    model = _CountedRowScores().eval()
+    sample = {"x": torch.randn(2, 5), "mask": torch.rand(2, 5) > 0.5}
     with pytest.warns(UnboundedDimWarning, match=r"1 data-dependent size\(s\) bounded to fit the 64 MiB tensor budget "
                                                  r"\(u\d+ <= 4096\)"):
-        manager = ExecutorchExporter().export(model, sample, config=ExecutorchConfig(dynamic=True, dynamic_shapes=shapes))
-    other = {"x": torch.randn(3, 40, 4), "mask": torch.rand(3, 40) > 0.3}
+        manager = ExecutorchExporter().export(model, sample, config=ExecutorchConfig(dynamic=True, max_seq_len=65536))
+    other = {"x": torch.randn(3, 40), "mask": torch.rand(3, 40) > 0.3}
     comparison = compare_leaves(eager_leaves(model, other), run_exported(manager, other), atol=ATOL, rtol=RTOL)
     assert comparison.ok, str(comparison)
