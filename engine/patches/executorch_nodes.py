@@ -8,7 +8,7 @@ import operator
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
-from torch.fx.experimental.symbolic_shapes import free_symbols
+from torch.fx.experimental.symbolic_shapes import free_symbols, free_unbacked_symbols
 
 from engine.patches.fx_edit import insert_node, replace_node
 from engine.patches.registry import register_fx_node_fix
@@ -50,6 +50,29 @@ def _fix_symbolic_empty_as_zeros(gm: torch.fx.GraphModule, node: torch.fx.Node) 
                              "memory_format": memory_format or torch.preserve_format})
     size = node.args[1] if node.target is torch.ops.aten.new_empty.default else node.args[0]
     return replace_node(gm, node, torch.ops.aten.full.default, (size, zero), kwargs)
+
+
+@register_fx_node_fix("executorch")
+def _fix_data_sized_view_of_a_copy(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make a ``view`` of a tensor whose size only data gives a view of its contiguous copy.
+
+    Pattern: Qwen2.5-Omni's audio tower views a tensor of ``32*u21*((u22 - 1)//2 + 1)`` elements (sizes the audio
+    chunks give) as ``(-1, 32)``. The trace took the view size-obliviously; the lowering's decomposition retrace
+    computes its strides again, cannot prove the input contiguous at sizes it does not know, and raises
+    GuardOnDataDependentSymNode (torch 2.14's fake view retries non-obliviously to raise it). A contiguous copy is
+    viewable at any sizes: the same values, at a copy. Related upstream: https://github.com/pytorch/pytorch/issues/148519
+    (the view reference failing on data-dependent sizes)."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.view.default:
+        return False
+    source = node.args[0]
+    val = getattr(source, "meta", {}).get("val")
+    if not isinstance(val, torch.Tensor) or not any(free_unbacked_symbols(d) for d in val.shape):
+        return False
+    if source.op == "call_function" and source.target is torch.ops.aten.clone.default:  # a copy already
+        return False
+    copy = insert_node(gm, node, torch.ops.aten.clone.default, source, memory_format=torch.contiguous_format)
+    node.replace_input_with(source, copy)
+    return True
 
 
 #: ops whose ``index`` argument (by position) ExecuTorch's edge dialect takes only as int64

@@ -159,3 +159,31 @@ def test_a_cat_of_empty_tensors_with_symbolic_sizes():
         assert [tuple(t.shape) for t in got.values()] == [tuple(t.shape) for t in expected.values()]
         comparison = compare_leaves(expected, got, atol=0, rtol=0)
         assert comparison.ok, str(comparison)
+
+
+class _DataSizedRows(torch.nn.Module):
+    """Rows of a count read from data, viewed flat (Qwen2.5-Omni views its audio frames so), and a view of an input."""
+
+    def forward(self, x, mask):
+        n = mask.sum().item()
+        torch._check(n >= 0)
+        torch._check(n <= x.shape[0])
+        rows = x.narrow(0, 0, n) * 2
+        return rows.view(-1, x.shape[-1]).sum(0), x.view(-1)
+
+
+def test_a_view_of_a_data_sized_tensor_views_its_contiguous_copy():
+    """The lowering's retrace cannot prove such a view's input contiguous (GuardOnDataDependentSymNode on Qwen2.5-Omni);
+    a view of a copy needs no proof. Only views of data-sized tensors change, and the program computes the same."""
+    from engine.patches.executorch_nodes import _fix_data_sized_view_of_a_copy
+
+    inputs = (torch.randn(6, 3, 4), torch.tensor([1, 0, 1, 1, 0, 0], dtype=torch.bool))
+    program = torch.export.export(_DataSizedRows(), inputs)
+    views = [n for n in program.graph.nodes if n.target is torch.ops.aten.view.default]
+    changed = [n for n in views if _fix_data_sized_view_of_a_copy(program.graph_module, n)]
+    program.graph_module.recompile()
+    assert len(views) == 2 and len(changed) == 1
+    assert changed[0].args[0].target is torch.ops.aten.clone.default
+    assert not _fix_data_sized_view_of_a_copy(program.graph_module, changed[0])  # once
+    for got, expected in zip(program.module()(*inputs), _DataSizedRows()(*inputs)):
+        assert torch.equal(got, expected)
