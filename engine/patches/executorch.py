@@ -21,7 +21,7 @@ from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.printers import PythonPrinter
 from torch.utils._sympy.value_ranges import bound_sympy
 
-from engine.patches.model.sequence_scans import SCANNED_TIME_LOOPS
+from engine.patches.model.sequence_scans import unrolled_scan
 from engine.patches.registry import register_fx_program_fix, register_patch
 
 #: the ExecuTorch releases whose internals these patches were read against: 1.4.1 (the pins) and 1.5.1, whose
@@ -332,15 +332,14 @@ def _patch_no_op_copies_out_of_partition_outputs(original):
     return generate_partitions
 
 
-@register_patch("executorch", *SCANNED_TIME_LOOPS)
-def _patch_time_loops_unrolled_for_executorch(scanned):
-    """The time-loop scans of :mod:`engine.patches.model` (RWKV, RecurrentGemma, xLSTM), undone for the ExecuTorch
-    exporter (its patches apply after the ones of every exporter): ExecuTorch 1.5.1 lowers the scan, but its emitted
-    copy of the initial carry cannot take a batch other than the planned one (0x12 at run time). The unrolled loop
-    exports for the traced length, which is what a generation step at a fixed prompt length needs (RWKV's and
-    xLSTM's generation pass on ExecuTorch with it).
-    Upstream: repro ``skiplists/repros/scan_with_dynamic_carry.py`` (executorch)."""
-    return getattr(scanned, "__wrapped__", scanned)
+@register_patch("executorch", "engine.patches.model.sequence_scans._scan")
+def _patch_time_loops_unrolled_for_executorch(scan):
+    """The time-loop scans of :mod:`engine.patches.model.sequence_scans` (RWKV, RecurrentGemma, xLSTM) as steps
+    unrolled up to the traced length (:func:`~engine.patches.model.sequence_scans.unrolled_scan`): ExecuTorch 1.5.1
+    lowers the scan, but its emitted copy of the initial carry cannot take a batch other than the planned one (0x12
+    at run time). The ``.pte`` takes lengths up to the traced one. Upstream: repro
+    ``skiplists/repros/scan_with_dynamic_carry.py`` (executorch)."""
+    return unrolled_scan
 
 
 # ── Correctness: ExecuTorch internals ───────────────────────────────────────────────────────────────────────

@@ -3,8 +3,8 @@
 Pattern: a Python ``for t in range(seq_len)`` carrying a state (Mamba's selective scan, RWKV's WKV, RecurrentGemma's
 RG-LRU, xLSTM's mLSTM) is unrolled by torch.export for the traced length, which pins it. The selective scan has a
 closed form (cumulative sums of its log-decays); the others run their loop body as ``torch._higher_order_ops.scan``.
-ExecuTorch runs a scan only while its carry keeps the traced shape: its exporter keeps the loops
-(:data:`SCANNED_TIME_LOOPS`, ``engine.patches.executorch``).
+ExecuTorch runs a scan only while its carry keeps the traced shape: its exporter unrolls the steps up to the traced
+length instead (:func:`unrolled_scan`, ``engine.patches.executorch``).
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ def _patch_selective_scan_loop(original):
 # A Python ``for t in range(seq_len)`` carrying a recurrent state is unrolled by torch.export for the traced
 # length, which pins it. ``torch._higher_order_ops.scan`` traces one step and runs it over the symbolic length;
 # the step is the loop body as written (the same ops in the same order: the values are eager's to the bit). A
-# length known as an int (a static export) keeps the loop, and so does the ExecuTorch exporter, which cannot run the
-# scan of a dynamic batch (engine.patches.executorch._patch_time_loops_unrolled_for_executorch).
+# length known as an int (a static export) keeps the loop. The ExecuTorch exporter cannot run the scan of a dynamic
+# batch, and runs the steps unrolled up to the traced length instead (:func:`unrolled_scan`,
+# engine.patches.executorch._patch_time_loops_unrolled_for_executorch).
 
 
 _WKV_LOOP = "transformers.models.rwkv.modeling_rwkv.rwkv_linear_attention_cpu"
@@ -97,12 +98,43 @@ def _symbolic_length(tensor: torch.Tensor, dim: int = 1) -> bool:
 
 
 def _scan(step, carry, xs, dim: int):
+    """``torch._higher_order_ops.scan`` of ``step`` over ``dim`` of ``xs`` (:func:`_higher_order_scan`); the
+    ExecuTorch exporter swaps in :func:`unrolled_scan`."""
+    return _higher_order_scan(step, carry, xs, dim)
+
+
+def _higher_order_scan(step, carry, xs, dim: int):
     """``torch._higher_order_ops.scan`` of ``step`` over ``dim`` of ``xs``, its initial carry made contiguous: scan
     wants the carry laid out as its steps return it (a state sliced from the input, ``key[:, 0]``, is strided)."""
     from torch._higher_order_ops.scan import scan
     from torch.utils._pytree import tree_map
 
     return scan(step, tree_map(torch.Tensor.contiguous, carry), xs, dim=dim)
+
+
+def unrolled_scan(step, carry, xs, dim: int):
+    """:func:`_scan` as ``T`` unrolled steps, ``T`` the traced length, for lengths up to ``T``: the inputs padded to
+    ``T``, each step's carry kept only while ``t`` is below the length, the outputs cut back to it. Steps below the
+    length compute what the loop computes, in the same order; the program states ``length <= T``. For ExecuTorch,
+    whose emitted scan copies the initial carry into a buffer planned for the batch's bound and fails at any other
+    batch (``skiplists/repros/scan_with_dynamic_carry.py``), while an unrolled loop's carry is plain tensors."""
+    length = xs[0].shape[dim]
+    steps = length.node.hint if isinstance(length, torch.SymInt) else length
+    if not isinstance(steps, int):  # a data-dependent length: no traced value to unroll to
+        return _higher_order_scan(step, carry, xs, dim)
+    torch._check(length <= steps)
+    for x in xs[1:]:  # scan's contract: every input has the scanned length
+        torch._check(x.shape[dim] == length)
+    # two rows past T: a pad whose size is 0 or 1 at the traced length would be specialised there, pinning the length
+    padded = [torch.cat([x, x.new_zeros(*x.shape[:dim], steps + 2 - length, *x.shape[dim + 1:])], dim) for x in xs]
+    below = torch.arange(steps, device=xs[0].device) < length
+    outputs = []
+    for t in range(steps):
+        stepped, output = step(carry, [x.select(dim, t) for x in padded])
+        carry = torch.utils._pytree.tree_map(lambda new, old: torch.where(below[t], new, old), stepped, carry)
+        outputs.append(output)
+    kept = torch.arange(length, device=xs[0].device)  # a gather, not a narrowed view (its strides would pin the length)
+    return carry, torch.stack(outputs, dim).index_select(dim, kept)
 
 
 @register_patch("dynamo", _WKV_LOOP)

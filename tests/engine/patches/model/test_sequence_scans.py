@@ -1,6 +1,8 @@
 """The sequence loops traced as scans compute what the loops compute, for any length."""
 
 
+import functools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -112,21 +114,58 @@ def test_a_time_loop_as_a_scan_exports_for_any_length(build, patch):
         torch.testing.assert_close(program.module()(input_ids=ids).last_hidden_state, expected)
 
 
-def test_the_time_loop_scans_are_undone_for_executorch():
-    """ExecuTorch does not run the scan: under the ExecuTorch exporter's patches (applied after every exporter's)
-    the three recurrences are the models' own loops again; under the others' they are the scans."""
-    import engine.patches.executorch  # noqa: F401  (registers the undoing patch)
-    from engine.patches.model.sequence_scans import SCANNED_TIME_LOOPS
+def test_the_time_loop_scans_are_unrolled_for_executorch():
+    """ExecuTorch does not run the scan of a dynamic batch: under the ExecuTorch exporter's patches (applied after
+    every exporter's) the three recurrences step through :func:`unrolled_scan`; under the others' they scan."""
+    import engine.patches.executorch  # noqa: F401  (registers the swap)
+    from engine.patches.model import sequence_scans
     from engine.patches.registry import apply_patches
-    from engine.swap import resolve_dotted_path
 
-    def current():
-        return [getattr(*resolve_dotted_path(path)) for path in SCANNED_TIME_LOOPS]
-
-    originals = current()
     with apply_patches("dynamo"):
-        scans = current()
-        assert all(scan is not original for scan, original in zip(scans, originals))
+        assert sequence_scans._scan is not sequence_scans.unrolled_scan
         with apply_patches("executorch"):
-            assert current() == originals
-        assert current() == scans
+            assert sequence_scans._scan is sequence_scans.unrolled_scan
+    assert sequence_scans._scan is not sequence_scans.unrolled_scan
+
+
+class _DecayingSums(torch.nn.Module):
+    """A recurrence as the patched loops step it: a carry updated per step, an output per step."""
+
+    def forward(self, xs, gates):
+        from engine.patches.model.sequence_scans import unrolled_scan
+
+        def step(state, current):
+            x, gate = current
+            state = torch.sigmoid(gate) * state + x
+            return state, state * 2
+
+        return unrolled_scan(step, torch.zeros_like(xs[:, 0]), [xs, gates], dim=1)
+
+
+def _loop(xs, gates):
+    state, outputs = torch.zeros_like(xs[:, 0]), []
+    for t in range(xs.shape[1]):
+        state = torch.sigmoid(gates[:, t]) * state + xs[:, t]
+        outputs.append(state * 2)
+    return state, torch.stack(outputs, 1)
+
+
+@functools.cache
+def _unrolled_program():
+    sample = (torch.randn(2, 7, 3), torch.randn(2, 7, 3))
+    auto = torch.export.Dim.AUTO
+    return torch.export.export(_DecayingSums(), sample, dynamic_shapes=({0: auto, 1: auto}, {0: auto, 1: auto}))
+
+
+@settings(max_examples=25, deadline=None)
+@given(batch=st.integers(1, 5), length=st.integers(2, 7), seed=st.integers(0, 2**16))
+def test_the_unrolled_scan_equals_the_loop_up_to_the_traced_length(batch, length, seed):
+    g = torch.Generator().manual_seed(seed)
+    xs, gates = torch.randn(batch, length, 3, generator=g), torch.randn(batch, length, 3, generator=g)
+    for got, expected in zip(_unrolled_program().module()(xs, gates), _loop(xs, gates)):
+        assert torch.equal(got, expected)
+
+
+def test_the_unrolled_scan_refuses_a_length_past_the_traced_one():
+    with pytest.raises(Exception, match="<= 7|length"):
+        _unrolled_program().module()(torch.randn(2, 9, 3), torch.randn(2, 9, 3))
