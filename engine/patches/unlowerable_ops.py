@@ -1,5 +1,6 @@
 """Ops torch.export records that the ONNX and ExecuTorch lowerings do not take (or compute wrong), rewritten as FX
-node fixes (stage 3) of the ``"onnx"`` and ``"executorch"`` scopes into ops both lowerings take.
+node fixes (stage 3) of the ``"onnx"`` and ``"executorch"`` scopes into ops both lowerings take; an op whose output
+size only data gives (``bincount``), which a node fix cannot re-derive, as a trace patch instead.
 """
 
 from __future__ import annotations
@@ -10,7 +11,32 @@ import operator
 import torch
 
 from engine.patches.fx_edit import insert_node, size_node
-from engine.patches.registry import register_fx_node_fix
+from engine.patches.registry import register_fx_node_fix, register_patch
+
+# ── Correctness: trace patches ──────────────────────────────────────────────────────────────────────────────
+
+
+@register_patch("executorch", "torch.bincount")
+def _patch_bincount_as_scatter_add(original):
+    """Make ``torch.bincount(ids, weights, minlength)`` a ``scatter_add`` into zeros.
+
+    Pattern: counting ids per row (Splinter's questions per sample, ``torch.bincount(rows)``). ``aten.bincount`` is
+    not Core ATen: ExecuTorch's verifier refuses it (repro ``bincount_not_core_aten.py``). Rewrite: ones (or the
+    weights) added at each id into ``max(max(ids) + 1, minlength)`` zeros, the length read from data as bincount's
+    own is: the same counts, in bincount's dtype (int64, or the float32/float64 weights'; others keep the op).
+    """
+
+    def bincount(input, weights=None, minlength=0):
+        known_empty = isinstance(input.numel(), int) and input.numel() == 0  # (then int64 zeros, weights or not)
+        if known_empty or input.dim() != 1 or (weights is not None and weights.dtype not in (torch.float32, torch.float64)):
+            return original(input, weights, minlength)
+        length = torch.cat([input, input.new_full((1,), minlength - 1)]).max().item() + 1  # empty ids: minlength
+        torch._check(length >= minlength)
+        values = torch.ones_like(input) if weights is None else weights
+        return values.new_zeros(length).scatter_add(0, input, values)
+
+    return bincount
+
 
 # ── Correctness: FX node fixes ──────────────────────────────────────────────────────────────────────────────
 # Ops torch.export records that neither torchlib nor ExecuTorch's edge dialect takes.

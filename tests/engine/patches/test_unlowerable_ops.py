@@ -285,3 +285,32 @@ def test_segment_maxima_run_on_executorch():
     assert_exports_and_runs(module, {"values": torch.tensor([1.0, 2.0, 3.0]), "index": torch.tensor([0, 2, 2])},
                             {"values": torch.tensor([3.0, -1.0, 0.5, 2.0, 4.0]), "index": torch.tensor([5, 1, 1, 5, 0])},
                             "executorch", tolerance=0)
+
+
+@given(ids=st.lists(st.integers(0, 9), max_size=12), minlength=st.integers(0, 12),
+       weighted=st.sampled_from([None, torch.float32, torch.float64]), seed=st.integers(0, 2**16))
+@settings(max_examples=60, deadline=None)
+def test_scatter_add_counts_equal_bincount(ids, minlength, weighted, seed):
+    from engine.patches.unlowerable_ops import _patch_bincount_as_scatter_add
+
+    ids = torch.tensor(ids, dtype=torch.long)
+    weights = None if weighted is None else torch.rand(len(ids), generator=torch.Generator().manual_seed(seed),
+                                                      dtype=weighted)
+    expected = torch.bincount(ids, weights, minlength)
+    got = _patch_bincount_as_scatter_add(torch.bincount)(ids, weights, minlength)
+    assert got.dtype == expected.dtype and torch.equal(got, expected)
+
+
+class _QuestionsPerRow(torch.nn.Module):
+    """Splinter's questions per sample: the rows of the question tokens, counted."""
+
+    def forward(self, input_ids):
+        rows, _ = torch.where(input_ids == 3)
+        return torch.bincount(rows, minlength=input_ids.shape[0]) * 2
+
+
+def test_bincount_exports_and_runs_on_executorch():
+    """Without the rewrite ExecuTorch's verifier refuses aten.bincount (not Core ATen)."""
+    trace = {"input_ids": torch.tensor([[3, 1, 3, 0], [2, 3, 1, 1]])}
+    run = {"input_ids": torch.tensor([[3, 3, 3, 0, 1], [2, 1, 1, 1, 0], [3, 0, 0, 0, 3]])}
+    assert_exports_and_runs(_QuestionsPerRow().eval(), trace, run, "executorch", tolerance=0)
