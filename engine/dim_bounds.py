@@ -434,14 +434,11 @@ def _input_dim_caps(program: torch.export.ExportedProgram, limits: DimLimits, up
 
 def _fit_data_dependent_sizes(planned: Mapping[Any, str], internal: set, known: Mapping[Any, Any],
                               limit: int | None) -> dict[Any, int]:
-    """``{symbol: bound}`` for data-dependent sizes (unbacked symbols ``internal`` gave a bound: torch.export derived
-    none) lowered so that every tensor they size fits
-    :data:`PLANNED_TENSOR_BUDGET`, where at their bounds one is over ``limit`` (the size a program with input dims
-    alone is refused at: such a plan cannot load). Pattern: Qwen-Omni's audio encoder runs its convolutions over a
-    data-dependent count of chunks (bounded by the largest input cap) and attends over the frames a (chunks x frames)
-    mask selects (bounded by its elements): 9 GB convolutions and 89 TB of attention scores, so the ``.pte`` failed
-    to load (``bad_alloc``). Halved as input dims are (:func:`_fit_to_budget`); a size past its bound at run time is
-    the runtime's error (0x12), which the export warning announces."""
+    """``{symbol: bound}`` for data-dependent sizes whose bound the engine chose (``internal``: torch.export derived
+    none), halved (:func:`_fit_to_budget`) until every tensor they size fits :data:`PLANNED_TENSOR_BUDGET`, where
+    one is over ``limit`` at their bounds (a plan that cannot load). Pattern: Qwen-Omni's convolutions over a count of
+    audio chunks and attention over the frames a chunk mask selects planned 9 GB and 89 TB (``bad_alloc``). Data
+    that gives more fails in the runtime (0x12), as the export warning says."""
     data_dependent = {s for s in internal if free_unbacked_symbols(s)}  # bounds we chose; torch's derived ones hold
     sizes = [e for e in planned if e.free_symbols & data_dependent]
     if limit is None or not sizes:
