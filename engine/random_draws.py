@@ -163,7 +163,7 @@ def lift_random_draws(program: torch.export.ExportedProgram) -> dict | None:
         graph.erase_node(node)
         _add_keyword_input(program, draw["input"], last)
     program.graph_module.recompile()
-    return {"draws": draws, "dims": {sym: dims[sym] for sym in _symbols(draws) if sym in dims}}
+    return {"draws": draws, "dims": dims}
 
 
 def _add_keyword_input(program: torch.export.ExportedProgram, name: str, placeholder: torch.fx.Node) -> None:
@@ -183,17 +183,6 @@ def _add_keyword_input(program: torch.export.ExportedProgram, name: str, placeho
     if program.example_inputs is not None:
         example_args, example_kwargs = program.example_inputs
         program._example_inputs = (example_args, {**example_kwargs, name: _example(placeholder.meta["val"])})
-
-
-def _symbols(value: Any) -> set[str]:
-    import re
-
-    if isinstance(value, list):
-        return set().union(*map(_symbols, value))
-    if isinstance(value, dict):
-        found = set(re.findall(r"[A-Za-z_]\w*", value["size"])) if "size" in value else set()
-        return found.union(*map(_symbols, value.values()))
-    return set()
 
 
 def draw_inputs(record: Mapping[str, Any] | None, given: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
