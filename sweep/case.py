@@ -138,12 +138,6 @@ def _save_and_load(backend: str, artifact: Any, workdir: Path, enter: Callable[[
     return load_artifact(path)
 
 
-def generation_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
-    """The sample inputs as a prompt: generate() starts an encoder-decoder's decoder from its start token, and
-    computes a prompt's positions itself (the case's M-RoPE ``position_ids`` are for one forward)."""
-    return {k: v for k, v in inputs.items() if not k.startswith("decoder_") and k != "position_ids"}
-
-
 def _generate_reads_the_start_token(model: torch.nn.Module) -> bool:
     """Whether the model's class has a ``generate()`` of its own (not transformers' shared one, which reads the
     start token for encoder-decoders only) that reads the decoder start token."""
@@ -198,8 +192,10 @@ def _run_generation(spec: dict[str, Any], case: Any, enter: Callable[[str], None
     """Greedy tokens of ``engine.generate`` over the exported components against eager ``generate``."""
     from engine import AutoExporter, AutoExportConfig, generate, generation_position_ids
 
-    inputs = generation_inputs(case.inputs)
-    _set_decoder_start_token(case.model, result)
+    from sweep.zoo.generation_prompt import generation_prompt
+
+    _set_decoder_start_token(case.model, result)  # before the prompt: trying a prompt layout runs generate()
+    inputs = generation_prompt(case.model, case.inputs, spec.get("seed", 0))
     enter("eager")
     with torch.no_grad():
         # one sequence per prompt, stated: a generate() of the model's own (MusicGen's) reads the unset default raw

@@ -223,10 +223,15 @@ def _submodel_generate_calls(model: torch.nn.Module, inputs: Mapping[str, Any]) 
     return calls[0] if calls else None
 
 
+#: the delegate of a hand-over to the shared ``GenerationMixin.generate`` of the model itself (Pop2Piano)
+SHARED_GENERATE = ""
+
+
 class GenerateHandover(torch.nn.Module):
     """The part of a model's ``generate()`` before it hands over to a sub-model's ``generate()``, as a module: its
     forward returns the tensors the sub-model's generate() is called with (``inputs_embeds``, ``attention_mask``,
-    ``input_ids``), computed by the model's own code (BLIP-2: vision tower, Q-Former, projection, merge)."""
+    ``input_ids``), computed by the model's own code (BLIP-2: vision tower, Q-Former, projection, merge). With
+    ``delegate`` :data:`SHARED_GENERATE` it is the model's own ``generate()`` before its ``super().generate()``."""
 
     def __init__(self, model: torch.nn.Module, delegate: str):
         super().__init__()
@@ -235,19 +240,79 @@ class GenerateHandover(torch.nn.Module):
         self.config = getattr(model, "config", None)
 
     def forward(self, **inputs):
-        sub = self.model.get_submodule(self.delegate)
+        with _handing_over(self.model, self.delegate):
+            try:
+                self.model.generate(**inputs, max_new_tokens=1, do_sample=False, num_beams=1, num_return_sequences=1)
+            except _HandedOver as handed:
+                return handed.kwargs
+        target = f"{self.delegate}.generate()" if self.delegate else "the shared GenerationMixin.generate()"
+        raise ModelError(f"{model_name(self.model)}.generate() did not call {target} on these inputs")
 
-        def hand_over(*args, **kwargs):
-            raise _HandedOver({k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)})
 
-        sub.generate = hand_over
-        try:
-            self.model.generate(**inputs, max_new_tokens=1, do_sample=False, num_beams=1, num_return_sequences=1)
-        except _HandedOver as handed:
-            return handed.kwargs
-        finally:
-            vars(sub).pop("generate", None)
-        raise ModelError(f"{model_name(self.model)}.generate() did not call {self.delegate}.generate() on these inputs")
+@contextlib.contextmanager
+def _handing_over(model: torch.nn.Module, delegate: str):
+    """While inside, the delegate's ``generate()`` raises :class:`_HandedOver` with the tensors it was called with;
+    the model's generation config is restored after (a ``generate()`` may update it with the call's kwargs)."""
+    from transformers import GenerationMixin
+
+    def hand_over(*args, **kwargs):
+        raise _HandedOver({k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)})
+
+    saved = copy.deepcopy(getattr(model, "generation_config", None))
+    if delegate == SHARED_GENERATE:
+        shared = GenerationMixin.generate
+
+        def generate(self, *args, **kwargs):
+            return hand_over(**kwargs) if self is model else shared(self, *args, **kwargs)
+
+        GenerationMixin.generate = generate
+    else:
+        model.get_submodule(delegate).generate = hand_over
+    try:
+        yield
+    finally:
+        if delegate == SHARED_GENERATE:
+            GenerationMixin.generate = shared
+        else:
+            vars(model.get_submodule(delegate)).pop("generate", None)
+        if saved is not None:
+            model.generation_config = saved
+
+
+def _shared_generate_preamble(model: torch.nn.Module, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The tensors a class's own ``generate()`` hands to the shared ``GenerationMixin.generate`` when it computes
+    the embeddings itself first (Pop2Piano: the composer's embedding put before ``input_features``, as
+    ``inputs_embeds``); None where the class has no generate() of its own or hands over no ``inputs_embeds`` it
+    was not given. The captured forward calls take those embeddings, so the steps are captured from what was
+    handed over, after a :class:`GenerateHandover` that computes it with the model's code."""
+    from transformers import GenerationMixin
+
+    own = getattr(type(model), "generate", None)
+    if own is None or own is GenerationMixin.generate or getattr(getattr(model, "generate", None), "__func__", None
+                                                                 ) is GenerationMixin.generate:
+        return None
+    try:
+        with torch.no_grad():
+            handed = GenerateHandover(model, SHARED_GENERATE)(**copy.deepcopy(dict(inputs)))
+    except Exception:  # noqa: BLE001 - no hand-over found: the usual capture says what fails
+        return None
+    if "inputs_embeds" not in handed or "inputs_embeds" in inputs:
+        return None
+    return snapshot(handed)
+
+
+@contextlib.contextmanager
+def _shared_generate(model: torch.nn.Module):
+    """``model.generate`` is the shared ``GenerationMixin.generate`` while inside (the captures call it)."""
+    import types
+
+    from transformers import GenerationMixin
+
+    model.generate = types.MethodType(GenerationMixin.generate, model)
+    try:
+        yield
+    finally:
+        vars(model).pop("generate", None)
 
 
 def _handover(names: list[str]) -> type[GenerateHandover]:
@@ -275,6 +340,11 @@ def decompose_for_generation(model: torch.nn.Module, inputs: Mapping[str, Any], 
     (``plan.multimodal_prefill``).
     """
     plan = plan if plan is not None else GenerationPlan()
+    handed = _shared_generate_preamble(model, inputs) if plan.handover is None else None
+    if handed is not None:  # generate() computes the embeddings, then calls the shared generate() with them
+        with _shared_generate(model):
+            components = decompose_for_generation(model, handed, plan)
+        return _with_handover(components, plan, model, SHARED_GENERATE, inputs)
     try:
         components = decompose_prefill_decode(model, inputs, plan)
     except NoForwardSteps:
@@ -287,11 +357,7 @@ def decompose_for_generation(model: torch.nn.Module, inputs: Mapping[str, Any], 
         # before the hand-over as the first component
         name, sub_inputs = handed
         components = decompose_for_generation(model.get_submodule(name), sub_inputs, plan)
-        given = {k: v for k, v in inputs.items() if v is not None}
-        components["handover"] = (_handover(list(given))(model, name), given)
-        plan.handover = "handover"
-        plan.templates["handover"] = given
-        return components
+        return _with_handover(components, plan, model, name, inputs)
     if is_multimodal(model):
         multimodal = decompose_multimodal(model, _prefill_with_modality_inputs(model, inputs, components, plan))
         components = {**multimodal, **components}
@@ -301,6 +367,16 @@ def decompose_for_generation(model: torch.nn.Module, inputs: Mapping[str, Any], 
             embed = model.get_input_embeddings()  # nn.Embedding takes `input`; a model's own module may not (MuSE)
             components["embed_tokens"] = (embed, {next(iter(inspect.signature(embed.forward).parameters)): ids})
             plan.templates.update({name: components[name][1] for name in ("embed_tokens", "language_model", "lm_head")})
+    return components
+
+
+def _with_handover(components: dict[str, tuple[torch.nn.Module, dict[str, Any]]], plan: GenerationPlan,
+                   model: torch.nn.Module, delegate: str, inputs: Mapping[str, Any]
+                   ) -> dict[str, tuple[torch.nn.Module, dict[str, Any]]]:
+    given = {k: v for k, v in inputs.items() if v is not None}
+    components["handover"] = (_handover(list(given))(model, delegate), given)
+    plan.handover = "handover"
+    plan.templates["handover"] = given
     return components
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 DATA = Path(__file__).parent / "data" / "overrides.yaml"
-KEYS = {"reason", "config", "profiles", "over_budget", "inputs"}
+KEYS = {"reason", "config", "profiles", "over_budget", "inputs", "generation_config"}
 
 
 class OverrideError(ValueError):

@@ -69,14 +69,15 @@ def test_a_model_that_samples_draws_the_same_numbers_in_eager_and_in_its_pt2():
 
 
 def test_second_shape_takes_m_rope_positions_per_row_and_generation_leaves_them_to_generate():
-    from sweep.case import generation_inputs, second_shape
+    from sweep.case import second_shape
+    from sweep.zoo.generation_prompt import generation_prompt
 
     ids = torch.arange(12).reshape(2, 6)
     positions = torch.stack([ids, ids + 100, ids + 200])  # (sections, batch, seq)
     other = second_shape({"input_ids": ids, "pixel_values": torch.zeros(2, 3), "position_ids": positions})
     assert torch.equal(other["input_ids"], ids[[0, 1, 0]])
     assert torch.equal(other["position_ids"], positions[:, [0, 1, 0]])
-    assert "position_ids" not in generation_inputs({"input_ids": ids, "position_ids": positions})
+    assert "position_ids" not in generation_prompt(torch.nn.Module(), {"input_ids": ids, "position_ids": positions})
 
 
 def test_generation_exports_with_the_export_cases_onnx_settings():
@@ -117,13 +118,14 @@ def test_a_decoder_whose_generate_reads_the_start_token_gets_the_pad():
 def test_an_executorch_generation_bound_counts_the_positions_a_prefill_caches_before_the_prompt():
     """GIT prepends its image tokens to the text in the cache, so prompt plus new tokens undercounts the context its
     ExecuTorch cache bound must hold; a text-only decoder and an encoder-decoder add nothing."""
-    from sweep.case import _cached_positions_before_the_prompt, generation_inputs
+    from sweep.case import _cached_positions_before_the_prompt
     from sweep.zoo.build import build_case
+    from sweep.zoo.generation_prompt import generation_prompt
 
     git = build_case("GitForCausalLM", seed=0)
-    image_tokens = _cached_positions_before_the_prompt(git.model, generation_inputs(git.inputs))
+    image_tokens = _cached_positions_before_the_prompt(git.model, generation_prompt(git.model, git.inputs))
     vision = git.model.config.vision_config
     assert image_tokens == (vision.image_size // vision.patch_size) ** 2 + 1  # patches and the class token
     for name in ("GPT2LMHeadModel", "T5ForConditionalGeneration"):
         case = build_case(name, seed=0)
-        assert _cached_positions_before_the_prompt(case.model, generation_inputs(case.inputs)) == 0
+        assert _cached_positions_before_the_prompt(case.model, generation_prompt(case.model, case.inputs)) == 0

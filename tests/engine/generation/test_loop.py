@@ -365,6 +365,39 @@ def test_a_generate_that_hands_over_to_a_sub_models_generate_is_replayed(backend
         assert torch.equal(generate(components, inputs, max_new_tokens=NEW_TOKENS), expected)
 
 
+def test_a_generate_that_embeds_its_inputs_before_the_shared_generate_is_replayed():
+    """Pop2Piano's shape: the class's own generate() computes ``inputs_embeds`` (here the ids' embeddings plus
+    projected features) and calls ``super().generate()`` with them. That preamble is a component of its own, and
+    the steps are captured from what it handed over; the tokens equal eager generate() for other features."""
+    torch.manual_seed(0)
+    reference = MODELS["gpt2"].model()
+
+    class OwnGenerate(type(reference)):
+        def __init__(self, config):
+            super().__init__(config)
+            self.proj = torch.nn.Linear(3, config.n_embd)
+
+        def generate(self, features, input_ids, attention_mask=None, **kwargs):
+            embeds = self.get_input_embeddings()(input_ids) + self.proj(features)[:, None, :]
+            return super().generate(inputs_embeds=embeds, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    model = OwnGenerate(reference.config).eval()
+    model.load_state_dict(reference.state_dict(), strict=False)
+    model.generation_config = reference.generation_config
+
+    def sample(seed, length):
+        g = torch.Generator().manual_seed(seed)
+        return {"features": torch.randn(2, 3, generator=g), "input_ids": torch.randint(0, VOCAB, (2, length), generator=g)}
+
+    components = AutoExporter.export_for_generation(model, sample(0, 6), {"export_format": "dynamo", "dynamic": True})
+    assert "handover" in components
+    for seed, length in ((1, 6), (2, 9)):
+        inputs = sample(seed, length)
+        with torch.no_grad():
+            expected = model.generate(**copy.deepcopy(inputs), do_sample=False, num_beams=1, max_new_tokens=NEW_TOKENS)
+        assert torch.equal(generate(components, inputs, max_new_tokens=NEW_TOKENS), expected)
+
+
 def test_an_encoder_whose_outputs_the_prefill_does_not_take_is_not_run(monkeypatch):
     """Dots3Note's generate() encodes audio its image prompt's prefill does not hold: the plan has an ``audio``
     encoder feeding ``mm_encoder_outputs.audio``, the captured prefill has no such entry. The runner skips it (it
