@@ -32,6 +32,7 @@ Map (lower layers first; a module imports only modules above it in this list):
 - ``shrink``: the shrinking pipeline (:func:`shrink_config`) over the whole config tree.
 - ``completion``: a contributor's own config completed (unset fields filled, no size changed).
 - ``inputs``: candidate input dicts for a model's forward.
+- ``generation_prompt``: a generation case's prompt, with the inputs a class's own ``generate()`` requires.
 - ``noise``: the noise a forward draws itself, passed in instead so exported and eager runs compare.
 - ``ties``: top-k selections among tied scores, and the wider initialisation that removes them.
 - ``conditioning``: whether float32 eager is close enough to float64 eager for the sweep's tolerance to judge.
