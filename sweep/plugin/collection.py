@@ -74,7 +74,20 @@ def _is_generative(model: str, settings: SweepSettings) -> bool:
         return False
     from sweep.zoo.catalog import mappings_of
 
-    return bool(GENERATIVE_MAPPINGS.intersection(mappings_of(local["class"] if local else model)))
+    name = local["class"] if local else model
+    return bool(GENERATIVE_MAPPINGS.intersection(mappings_of(name))) and _has_generate(name)
+
+
+def _has_generate(name: str) -> bool:
+    """Whether the class defines ``generate()``: a class of a generative mapping may not (PI0, a flow-matching
+    action model listed under image-text-to-text), and then there is no generation to check. A class that does not
+    import keeps its case, whose row says why."""
+    from sweep.zoo.build import model_class
+
+    try:
+        return callable(getattr(model_class(name), "generate", None))
+    except Exception:  # noqa: BLE001 - reported by the case itself
+        return True
 
 
 def cases(settings: SweepSettings) -> list:

@@ -217,10 +217,13 @@ def test_xdist_run_and_merged_shards_equal_a_serial_run(sweep, pytester):
 
 
 def test_generate_adds_a_case_per_generative_class_and_backend(sweep, pytester):
-    result = sweep("--collect-only", "-q", "--models=LlamaForCausalLM,BertForMaskedLM", "--backend=eager,dynamo", "--generate")
+    # PI0 sits in a generative mapping (image-text-to-text) but defines no generate(): no generation case
+    result = sweep("--collect-only", "-q", "--models=LlamaForCausalLM,BertForMaskedLM,PI0ForConditionalGeneration",
+                   "--backend=eager,dynamo", "--generate")
     ids = [line.split("[")[1].rstrip("]") for line in result.outlines if "test_export[" in line]
     assert sorted(ids) == sorted(["BertForMaskedLM-eager-static", "BertForMaskedLM-dynamo-dynamic", "LlamaForCausalLM-eager-static",
-                                  "LlamaForCausalLM-dynamo-dynamic", "LlamaForCausalLM-dynamo-generate"])
+                                  "LlamaForCausalLM-dynamo-dynamic", "LlamaForCausalLM-dynamo-generate",
+                                  "PI0ForConditionalGeneration-eager-static", "PI0ForConditionalGeneration-dynamo-dynamic"])
     (pytester.path / "skiplists" / "generate_skip.yaml").write_text(textwrap.dedent("""\
         - class: LlamaForCausalLM
           backends: [dynamo]
