@@ -9,7 +9,6 @@ the largest tensor the program plans fits :data:`PLANNED_TENSOR_BUDGET`.
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -58,10 +57,16 @@ PLANNED_TENSOR_BUDGET = 64 * 2**20
 BUDGET_FLOOR_FACTOR = 2
 
 
+#: a bound at or above this is no bound: torch derives ``sys.maxsize - k`` from ``int_oo`` through a relation (two
+#: feature counts whose sum is a dim: Qwen3-Omni's ``s73 + s97``), and no tensor's size comes near it
+NO_BOUND = 2**62
+
+
 def _unbounded(upper: Any) -> bool:
-    """``int_oo``, or the ``sys.maxsize - 1`` torch gives some data-dependent sizes (a count read by ``.item()``
-    and checked ``>= 0``) for want of a bound: either way no bound to plan memory at."""
-    return isinstance(upper, IntInfinity) or (getattr(upper, "is_Integer", False) and int(upper) >= sys.maxsize - 1)
+    """``int_oo``, or a bound of :data:`NO_BOUND` or more: the ``sys.maxsize - 1`` torch gives some data-dependent
+    sizes (a count read by ``.item()`` and checked ``>= 0``), or one it derived from an unbounded dim (``sys.maxsize -
+    3`` for each of two dims whose sum is bounded by ``sys.maxsize - 1``): no bound to plan memory at."""
+    return isinstance(upper, IntInfinity) or (getattr(upper, "is_Integer", False) and int(upper) >= NO_BOUND)
 
 
 class UnboundedDimWarning(UserWarning):

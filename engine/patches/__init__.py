@@ -6,7 +6,8 @@ Where to look for the workaround of X:
 ``model/``               model code torch.export cannot trace with dynamic shapes, one module per pattern family
                          (scope ``"dynamo"``: every exporter traces with them); its ``__init__`` lists the families
 ``torch_export``         torch.export internals: guards, probes and solver steps that fail on symbolic shapes; speed
-``unlowerable_ops``      ops torch.export records that the ONNX and ExecuTorch lowerings do not take (FX node fixes)
+``unlowerable_ops``      ops torch.export records that the ONNX and ExecuTorch lowerings do not take or compute
+                         inexactly (FX node fixes)
 ``complex_pairs``        complex tensors as real ``(..., 2)`` pairs, FFTs as real matmuls (an FX rewrite)
 ``program_io``           what ``torch.export.save`` cannot write, and the ``.pt2`` round trip's speed
 ``generation``           cache state that must follow symbolic shapes in exported generation steps

@@ -111,47 +111,59 @@ def _fix_complex_tensors_as_real_pairs(gm: torch.fx.GraphModule, node: torch.fx.
     return touches_complex(node) and complex_as_real_pairs(gm) > 0
 
 
-_SEGMENT_REDUCTIONS = {  # reduce: (fill where another segment, reduction over dim 1 of a row, combination with self)
-    "sum": (0.0, (torch.ops.aten.sum.dim_IntList, [1]), torch.ops.aten.add.Tensor),
-    "mean": (0.0, (torch.ops.aten.sum.dim_IntList, [1]), torch.ops.aten.add.Tensor),
-    "prod": (1.0, (torch.ops.aten.prod.dim_int, 1), torch.ops.aten.mul.Tensor),
-    "amax": (-math.inf, (torch.ops.aten.amax.default, [1]), torch.ops.aten.maximum.default),
-    "amin": (math.inf, (torch.ops.aten.amin.default, [1]), torch.ops.aten.minimum.default),
+_SEGMENT_REDUCTIONS = {  # reduce: (fill where another segment, reduction over a compared line, combination with self)
+    "sum": (0.0, torch.ops.aten.sum.dim_IntList, torch.ops.aten.add.Tensor),
+    "mean": (0.0, torch.ops.aten.sum.dim_IntList, torch.ops.aten.add.Tensor),
+    "prod": (1.0, torch.ops.aten.prod.dim_int, torch.ops.aten.mul.Tensor),
+    "amax": (-math.inf, torch.ops.aten.amax.default, torch.ops.aten.maximum.default),
+    "amin": (math.inf, torch.ops.aten.amin.default, torch.ops.aten.minimum.default),
 }
 
 
 @register_fx_node_fix("executorch", ops=(torch.ops.aten.scatter_reduce.two,))
 def _fix_scatter_reduce_as_comparisons(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Make a 1-D floating ``scatter_reduce(0, index, src, reduce)`` a reduction over ``index == index.T`` written
-    back with a plain ``scatter``.
+    """Make a floating ``scatter_reduce(dim, index, src, reduce)`` whose index has the source's shape a reduction over
+    the index compared with itself along ``dim``, written back with a plain ``scatter``.
 
-    Pattern: segment means and extrema over table cells (Tapas' ``_segment_reduce``). ExecuTorch's portable library
-    has no ``scatter_reduce.two_out`` kernel (https://github.com/pytorch/executorch/issues/11330; repro
-    ``skiplists/repros/scatter_reduce_missing_kernel.py``); ``amax``/``amin`` have no ``scatter_add`` form. Each
-    source element gets the reduction over the elements of its index (an ``[N, N]`` comparison of the N sources, not
-    of Tapas' 65,536 x batch segments), so one segment's elements hold one value, which the ``scatter`` writes."""
+    Pattern: segment means and extrema over table cells (Tapas' ``_segment_reduce``, 1-D) and per-patch pooling of
+    byte embeddings (Blt's ``patch_reduce``: ``(batch, bytes, hidden)`` with ``amax`` along the bytes). ExecuTorch's
+    portable library has no ``scatter_reduce.two_out`` kernel (https://github.com/pytorch/executorch/issues/11330;
+    repro ``skiplists/repros/scatter_reduce_missing_kernel.py``); ``amax``/``amin`` have no ``scatter_add`` form.
+    Each source element gets the reduction over the elements of its line along ``dim`` with the same index (an
+    ``[..., N, N, ...]`` comparison of the N sources of each line, not of Tapas' 65,536 x batch segments), so one
+    segment's elements hold one value, which the ``scatter`` writes. The comparison is quadratic in N: its planned
+    size counts against the ExecuTorch memory budget (:mod:`engine.dim_bounds`) like any tensor's."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
     if node.op != "call_function" or node.target is not torch.ops.aten.scatter_reduce.two:
         return False
     bound = node.normalized_arguments(gm, normalize_to_only_use_kwargs=True).kwargs
     target, index, src = bound.get("self", bound.get("input")), bound["index"], bound["src"]
     values = [a.meta.get("val") for a in (target, index, src)]
-    if (bound["dim"] not in (0, -1) or bound["reduce"] not in _SEGMENT_REDUCTIONS
-            or any(not isinstance(v, torch.Tensor) or v.dim() != 1 for v in values) or not values[2].is_floating_point()):
+    if (bound["reduce"] not in _SEGMENT_REDUCTIONS or any(not isinstance(v, torch.Tensor) for v in values)
+            or not values[2].is_floating_point() or len({v.dim() for v in values}) != 1 or values[2].dim() == 0):
         return False
-    fill, (reduction, dims), combine = _SEGMENT_REDUCTIONS[bound["reduce"]]
-    same = insert_node(gm, node, torch.ops.aten.eq.Tensor, insert_node(gm, node, torch.ops.aten.unsqueeze.default, index, 1),
-                       insert_node(gm, node, torch.ops.aten.unsqueeze.default, index, 0))
-    row = insert_node(gm, node, torch.ops.aten.unsqueeze.default, src, 0)
+    dim = bound["dim"] % values[2].dim()
+    for d, (used, given) in enumerate(zip(values[1].shape, values[2].shape)):
+        if not statically_known_true(used == given):  # scatter_reduce reads the source's first index-sized elements
+            length = insert_node(gm, node, torch.ops.aten.sym_size.int, index, d)
+            src = insert_node(gm, node, torch.ops.aten.slice.Tensor, src, d, 0, length)
+    fill, reduction, combine = _SEGMENT_REDUCTIONS[bound["reduce"]]
+    over = dim + 1 if reduction is torch.ops.aten.prod.dim_int else [dim + 1]  # the compared line's other elements
+    same = insert_node(gm, node, torch.ops.aten.eq.Tensor,
+                       insert_node(gm, node, torch.ops.aten.unsqueeze.default, index, dim + 1),
+                       insert_node(gm, node, torch.ops.aten.unsqueeze.default, index, dim))
+    row = insert_node(gm, node, torch.ops.aten.unsqueeze.default, src, dim)
     other = insert_node(gm, node, torch.ops.aten.full_like.default, row, fill)
-    per = insert_node(gm, node, reduction, insert_node(gm, node, torch.ops.aten.where.self, same, row, other), dims)
+    per = insert_node(gm, node, reduction, insert_node(gm, node, torch.ops.aten.where.self, same, row, other), over)
     if bound["include_self"]:
-        per = insert_node(gm, node, combine, per, insert_node(gm, node, torch.ops.aten.gather.default, target, 0, index))
+        per = insert_node(gm, node, combine, per, insert_node(gm, node, torch.ops.aten.gather.default, target, dim, index))
     if bound["reduce"] == "mean":  # over the segment's elements, and self's value where it is included
-        count = insert_node(gm, node, torch.ops.aten.sum.dim_IntList, same, [1], dtype=values[2].dtype)
+        count = insert_node(gm, node, torch.ops.aten.sum.dim_IntList, same, [dim + 1], dtype=values[2].dtype)
         per = insert_node(gm, node, torch.ops.aten.div.Tensor, per,
                           insert_node(gm, node, torch.ops.aten.add.Tensor, count, 1) if bound["include_self"] else count)
     per = insert_node(gm, node, torch.ops.aten._to_copy.default, per, dtype=values[0].dtype)
-    node.target, node.args, node.kwargs = torch.ops.aten.scatter.src, (target, 0, index, per), {}
+    node.target, node.args, node.kwargs = torch.ops.aten.scatter.src, (target, dim, index, per), {}
     return True
 
 
@@ -413,3 +425,117 @@ def _fix_running_extremum_as_masked_reduction(gm: torch.fx.GraphModule, node: to
     return True
 
 
+
+
+def _exponent_bits(exponent: torch.fx.Node, dtype: torch.dtype) -> int:
+    """How many bits the exponents can have: those of ``arange(end)``'s last value where the exponent is one with a
+    static end (Blt's ``prime ** arange(group_size)``), else every value bit of the dtype."""
+    if exponent.target in (torch.ops.aten.arange.default, torch.ops.aten.arange.start):
+        end = exponent.args[0] if exponent.target is torch.ops.aten.arange.default else exponent.args[1]
+        if isinstance(end, int):
+            return max(1, (end - 1).bit_length())
+    return torch.iinfo(dtype).bits - 1
+
+
+@register_fx_node_fix("onnx")
+@register_fx_node_fix("executorch")
+def _fix_integer_pow_as_squarings(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make an integer ``base ** exponent`` (two integer tensors) exponentiation by squaring: a product of the
+    base's repeated squares, one per set bit of the exponent, in the program's integer multiplication.
+
+    Pattern: polynomial hashes (Blt's byte-group hash, ``prime ** arange(g)`` with a prime near 1e9, modeling_blt.py
+    ``rolling_polynomial_hash``). Torch computes integer powers exactly and wraps them modulo ``2**64``; onnxruntime's
+    int64 ``Pow`` and ExecuTorch's ``pow`` kernel compute in double, so ``1000000007 ** 2`` comes back rounded past
+    ``2**53`` and an overflowing power as the int64 minimum (repro ``skiplists/repros/int64_pow_past_double_precision.py``;
+    the ExecuTorch kernel the same). Integer multiplication wraps as torch's power does, so the product is exact."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.pow.Tensor_Tensor:
+        return False
+    base, exponent = node.args[0], node.args[1]
+    values = [getattr(a, "meta", {}).get("val") for a in (base, exponent, node)]
+    if any(not isinstance(v, torch.Tensor) or v.is_floating_point() or v.is_complex() or v.dtype is torch.bool
+           for v in values):
+        return False
+    dtype = values[2].dtype
+    square = insert_node(gm, node, torch.ops.aten._to_copy.default, base, dtype=dtype)
+    ones = insert_node(gm, node, torch.ops.aten.full_like.default, square, 1)
+    factors = []
+    for bit in range(_exponent_bits(exponent, values[1].dtype)):
+        if bit:
+            square = insert_node(gm, node, torch.ops.aten.mul.Tensor, square, square)
+        is_set = insert_node(gm, node, torch.ops.aten.ne.Scalar,
+                             insert_node(gm, node, torch.ops.aten.bitwise_and.Scalar, exponent, 1 << bit), 0)
+        factors.append((is_set, square))
+    result = ones
+    for is_set, square in factors[:-1]:
+        result = insert_node(gm, node, torch.ops.aten.mul.Tensor, result,
+                             insert_node(gm, node, torch.ops.aten.where.self, is_set, square, ones))
+    is_set, square = factors[-1]
+    last = insert_node(gm, node, torch.ops.aten.where.self, is_set, square, ones)
+    # the node itself computes the last product: the program's signature may name it as an output
+    node.target, node.args, node.kwargs = torch.ops.aten.mul.Tensor, (result, last), {}
+    return True
+
+
+#: the longest static dim an int64 sum is unrolled over (the sums of hashes are over a few window bytes)
+MAX_UNROLLED_SUM = 64
+
+
+@register_fx_node_fix("onnx")
+@register_fx_node_fix("executorch")
+def _fix_int64_sum_as_additions(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make an int64 sum over one dim of static length (at most :data:`MAX_UNROLLED_SUM`) a chain of additions of its
+    slices.
+
+    Pattern: the same polynomial hashes, summed over each window (``(windows * prime ** arange(g)).sum(-1)``).
+    onnxruntime's int64 ``ReduceSum`` and ExecuTorch's ``sum`` kernel accumulate in double, so sums past ``2**53``
+    come back rounded (repro ``skiplists/repros/int64_pow_past_double_precision.py``); int64 addition is exact and
+    wraps as torch's sum does."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.sum.dim_IntList:
+        return False
+    source, dims = node.args[0], node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    value, out = getattr(source, "meta", {}).get("val"), node.meta.get("val")
+    if (not isinstance(value, torch.Tensor) or not isinstance(out, torch.Tensor) or out.dtype is not torch.int64
+            or value.dtype.is_floating_point or value.dtype is torch.bool or not dims or len(dims) != 1):
+        return False
+    dim = dims[0] % value.dim()
+    length = value.shape[dim]
+    if not isinstance(length, int) or not 1 < length <= MAX_UNROLLED_SUM:  # one element's sum is exact
+        return False
+    if value.dtype is not torch.int64:
+        source = insert_node(gm, node, torch.ops.aten._to_copy.default, source, dtype=torch.int64)
+    parts = [insert_node(gm, node, torch.ops.aten.slice.Tensor, source, dim, i, i + 1) if keepdim
+             else insert_node(gm, node, torch.ops.aten.select.int, source, dim, i) for i in range(length)]
+    total = parts[0]
+    for part in parts[1:-1]:
+        total = insert_node(gm, node, torch.ops.aten.add.Tensor, total, part)
+    # the node itself adds the last part: the program's signature may name it as an output
+    node.target, node.args, node.kwargs = torch.ops.aten.add.Tensor, (total, parts[-1]), {}
+    return True
+
+
+@register_fx_node_fix("executorch")
+def _fix_integer_remainder_with_the_divisors_sign(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """Make an integer ``remainder(a, b)`` that remainder plus ``b`` where it is not 0 and its sign is not ``b``'s.
+
+    Pattern: the same hashes, wrapped into the vocabulary with ``% vocab`` after overflowing to negative values.
+    Torch's remainder takes the divisor's sign; ExecuTorch's int64 ``remainder`` kernel the dividend's (C's ``%``):
+    ``-9754`` where torch gives ``20246`` modulo 30000 (test_unlowerable_ops shows it). The correction changes nothing
+    where the sign is already the divisor's, so the program computes torch's remainder either way. (``fmod``, C's
+    remainder, is no way out: ExecuTorch computes it in double.)"""
+    if node.op != "call_function" or node.target not in (torch.ops.aten.remainder.Scalar, torch.ops.aten.remainder.Tensor):
+        return False
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.is_floating_point() or value.is_complex() or value.dtype is torch.bool:
+        return False
+    a, b = node.args[0], node.args[1]
+    scalar = node.target is torch.ops.aten.remainder.Scalar
+    rest = insert_node(gm, node, node.target, a, b)
+    lt = torch.ops.aten.lt.Scalar
+    signs_differ = insert_node(gm, node, torch.ops.aten.ne.Scalar if scalar else torch.ops.aten.ne.Tensor,
+                               insert_node(gm, node, lt, rest, 0), b < 0 if scalar else insert_node(gm, node, lt, b, 0))
+    wrap = insert_node(gm, node, torch.ops.aten.logical_and.default, signs_differ,
+                       insert_node(gm, node, torch.ops.aten.ne.Scalar, rest, 0))
+    wrapped = insert_node(gm, node, torch.ops.aten.add.Scalar if scalar else torch.ops.aten.add.Tensor, rest, b)
+    node.target, node.args, node.kwargs = torch.ops.aten.where.self, (wrap, wrapped, rest), {}
+    return True

@@ -297,14 +297,15 @@ def test_a_quotient_that_can_be_zero_raises_its_dividends_floor():
 
 
 def test_the_maxsize_bound_of_a_checked_count_is_no_bound():
-    """torch gives a count read by ``.item()`` and checked ``>= 0`` the range ``[0, sys.maxsize - 1]``: planning
-    memory at it asks for exabytes, so it is capped like ``int_oo``."""
+    """torch gives a count read by ``.item()`` and checked ``>= 0`` the range ``[0, sys.maxsize - 1]``, and two
+    dims whose sum is such a size ``sys.maxsize - 3`` each (Qwen3-Omni's image and audio feature counts): planning
+    memory at either asks for exabytes, so both are capped like ``int_oo``."""
     from torch.utils._sympy.numbers import int_oo
 
     from engine.dim_bounds import _unbounded
 
-    assert _unbounded(int_oo) and _unbounded(sympy.Integer(sys.maxsize - 1))
-    assert not _unbounded(sympy.Integer(4096))
+    assert _unbounded(int_oo) and _unbounded(sympy.Integer(sys.maxsize - 1)) and _unbounded(sympy.Integer(sys.maxsize - 3))
+    assert not _unbounded(sympy.Integer(4096)) and not _unbounded(sympy.Integer(2**40))
 
 
 class _RoutedSplit(torch.nn.Module):

@@ -153,15 +153,16 @@ def test_pte_path_that_does_not_exist(tmp_path):
 
 
 class _SegmentMeans(torch.nn.Module):
-    """Segment means of 2-D values: a ``scatter_reduce`` the 1-D rewrite for ExecuTorch leaves as it is
-    (``engine.patches.unlowerable_ops._fix_scatter_reduce_as_comparisons``)."""
+    """Segment sums of integer values: a ``scatter_reduce`` the rewrite for ExecuTorch leaves as it is (it takes
+    floating sources: ``engine.patches.unlowerable_ops._fix_scatter_reduce_as_comparisons``)."""
 
     def forward(self, values, segments):
         out = torch.zeros(4, values.shape[1], dtype=values.dtype)
-        return out.scatter_reduce(0, segments, values, reduce="mean", include_self=False)
+        return out.scatter_reduce(0, segments, values, reduce="sum", include_self=False)
 
 
-_SEGMENT_INPUTS = {"values": torch.randn(6, 2), "segments": torch.tensor([0, 1, 1, 2, 0, 3])[:, None].expand(6, 2)}
+_SEGMENT_INPUTS = {"values": torch.randint(0, 9, (6, 2)),
+                   "segments": torch.tensor([0, 1, 1, 2, 0, 3])[:, None].expand(6, 2)}
 
 
 @functools.cache

@@ -279,6 +279,39 @@ def test_comparison_reduction_equals_scatter_reduce(case, data):
     torch.testing.assert_close(rewritten(values, index), module(values, index), atol=1e-5, rtol=1e-5)
 
 
+class _LineReduce(torch.nn.Module):
+    """Blt's ``patch_reduce``: each row's byte embeddings pooled per patch id along dim 1 of a
+    ``(batch, patches, hidden)`` target, the index the source's shape."""
+
+    def __init__(self, reduce: str, include_self: bool, segments: int = 4):
+        super().__init__()
+        self.reduce, self.include_self, self.segments = reduce, include_self, segments
+
+    def forward(self, values, index):
+        out = torch.arange(values.shape[0] * self.segments * 3, dtype=torch.float32).reshape(-1, self.segments, 3) - 2.5
+        return out.scatter_reduce(1, index, values, reduce=self.reduce, include_self=self.include_self)
+
+
+@functools.cache
+def _rewritten_line_reduce(reduce: str, include_self: bool):
+    module = _LineReduce(reduce, include_self).eval()
+    auto = {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}
+    program = torch.export.export(module, (torch.randn(2, 5, 3), torch.randint(0, 4, (2, 5, 3))),
+                                  dynamic_shapes=(auto, auto))
+    assert apply_fx_node_fixes("executorch", program.graph_module) > 0
+    assert not any(n.target is torch.ops.aten.scatter_reduce.two for n in program.graph_module.graph.nodes)
+    return module, program.module()
+
+
+@given(case=st.sampled_from(_REDUCES), batch=st.integers(1, 3), length=st.integers(2, 7), seed=st.integers(0, 2**16))
+@settings(max_examples=60, deadline=None)
+def test_comparison_reduction_along_a_dim_equals_scatter_reduce(case, batch, length, seed):
+    module, rewritten = _rewritten_line_reduce(*case)
+    g = torch.Generator().manual_seed(seed)
+    values, index = torch.randn(batch, length, 3, generator=g), torch.randint(0, 4, (batch, length, 3), generator=g)
+    torch.testing.assert_close(rewritten(values, index), module(values, index), atol=1e-5, rtol=1e-5)
+
+
 def test_segment_maxima_run_on_executorch():
     """``amax``, which has no ``scatter_add`` form (the other reductions are the same graph with another op)."""
     module = _SegmentReduce("amax", include_self=False).eval()
@@ -314,3 +347,45 @@ def test_bincount_exports_and_runs_on_executorch():
     trace = {"input_ids": torch.tensor([[3, 1, 3, 0], [2, 3, 1, 1]])}
     run = {"input_ids": torch.tensor([[3, 3, 3, 0, 1], [2, 1, 1, 1, 0], [3, 0, 0, 0, 3]])}
     assert_exports_and_runs(_QuestionsPerRow().eval(), trace, run, "executorch", tolerance=0)
+
+
+class _PolynomialHash(torch.nn.Module):
+    """Blt's byte-group hash (``byte_group_hash_function``): each byte's window of ``group`` bytes times the powers of
+    a prime near 1e9, summed, modulo the vocabulary (the powers past 2**53, the cube wrapping modulo 2**64)."""
+
+    def __init__(self, group: int):
+        super().__init__()
+        self.group = group
+
+    def forward(self, tokens):
+        padded = torch.cat([tokens.new_zeros(tokens.shape[0], self.group - 1), tokens], dim=1)
+        windows = padded.unfold(1, self.group, 1)
+        powers = torch.tensor(1000000007, dtype=torch.int64) ** torch.arange(windows.shape[-1])
+        return (windows * powers).sum(-1) % 30000
+
+
+@functools.cache
+def _rewritten_hash(group: int):
+    module = _PolynomialHash(group).eval()
+    program = torch.export.export(module, (torch.randint(0, 256, (2, 16)),),
+                                  dynamic_shapes=({0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},))
+    assert apply_fx_node_fixes("onnx", program.graph_module) > 0
+    targets = {n.target for n in program.graph_module.graph.nodes}
+    assert torch.ops.aten.pow.Tensor_Tensor not in targets and torch.ops.aten.sum.dim_IntList not in targets
+    return module, program.module()
+
+
+@given(group=st.integers(2, 9), rows=st.integers(1, 4), length=st.integers(10, 20), seed=st.integers(0, 2**16))
+@settings(max_examples=40, deadline=None)
+def test_integer_powers_and_sums_as_products_and_additions_equal_torchs(group, rows, length, seed):
+    module, rewritten = _rewritten_hash(group)
+    tokens = torch.randint(0, 256, (rows, length), generator=torch.Generator().manual_seed(seed))
+    assert torch.equal(rewritten(tokens), module(tokens))
+
+
+@pytest.mark.parametrize("backend", ["onnx", "executorch"])
+def test_polynomial_hashes_are_exact_on_the_runtimes(backend):
+    """onnxruntime's int64 Pow/ReduceSum and ExecuTorch's pow/sum kernels compute in double and round these."""
+    tokens = torch.tensor([[255, 17, 3, 9, 200, 1], [1, 2, 3, 4, 5, 6]])
+    assert_exports_and_runs(_PolynomialHash(4).eval(), {"tokens": tokens}, {"tokens": tokens[:, :5].flip(-1)}, backend,
+                            tolerance=0)
