@@ -530,6 +530,8 @@ def _fix_integer_remainder_with_the_divisors_sign(gm: torch.fx.GraphModule, node
         return False
     a, b = node.args[0], node.args[1]
     scalar = node.target is torch.ops.aten.remainder.Scalar
+    if scalar and not isinstance(b, int):  # a symbolic divisor (a size): its sign is known only at run time
+        return False
     rest = insert_node(gm, node, node.target, a, b)
     lt = torch.ops.aten.lt.Scalar
     signs_differ = insert_node(gm, node, torch.ops.aten.ne.Scalar if scalar else torch.ops.aten.ne.Tensor,
