@@ -446,8 +446,9 @@ def _fix_integer_pow_as_squarings(gm: torch.fx.GraphModule, node: torch.fx.Node)
     Pattern: polynomial hashes (Blt's byte-group hash, ``prime ** arange(g)`` with a prime near 1e9, modeling_blt.py
     ``rolling_polynomial_hash``). Torch computes integer powers exactly and wraps them modulo ``2**64``; onnxruntime's
     int64 ``Pow`` and ExecuTorch's ``pow`` kernel compute in double, so ``1000000007 ** 2`` comes back rounded past
-    ``2**53`` and an overflowing power as the int64 minimum (repro ``skiplists/repros/int64_pow_past_double_precision.py``;
-    the ExecuTorch kernel the same). Integer multiplication wraps as torch's power does, so the product is exact."""
+    ``2**53`` and an overflowing power as the int64 minimum (repros in ``skiplists/repros/``:
+    ``int64_pow_past_double_precision.py``, ``executorch_int64_pow_sum_remainder.py``; no upstream issue found).
+    Integer multiplication wraps as torch's power does, so the product is exact."""
     if node.op != "call_function" or node.target is not torch.ops.aten.pow.Tensor_Tensor:
         return False
     base, exponent = node.args[0], node.args[1]
@@ -488,8 +489,7 @@ def _fix_int64_sum_as_additions(gm: torch.fx.GraphModule, node: torch.fx.Node) -
 
     Pattern: the same polynomial hashes, summed over each window (``(windows * prime ** arange(g)).sum(-1)``).
     onnxruntime's int64 ``ReduceSum`` and ExecuTorch's ``sum`` kernel accumulate in double, so sums past ``2**53``
-    come back rounded (repro ``skiplists/repros/int64_pow_past_double_precision.py``); int64 addition is exact and
-    wraps as torch's sum does."""
+    come back rounded (the same two repros); int64 addition is exact and wraps as torch's sum does."""
     if node.op != "call_function" or node.target is not torch.ops.aten.sum.dim_IntList:
         return False
     source, dims = node.args[0], node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
@@ -520,7 +520,8 @@ def _fix_integer_remainder_with_the_divisors_sign(gm: torch.fx.GraphModule, node
 
     Pattern: the same hashes, wrapped into the vocabulary with ``% vocab`` after overflowing to negative values.
     Torch's remainder takes the divisor's sign; ExecuTorch's int64 ``remainder`` kernel the dividend's (C's ``%``):
-    ``-9754`` where torch gives ``20246`` modulo 30000 (test_unlowerable_ops shows it). The correction changes nothing
+    ``-25754`` where torch gives ``4246`` modulo 30000 (repro ``skiplists/repros/executorch_int64_pow_sum_remainder.py``;
+    no upstream issue found). The correction changes nothing
     where the sign is already the divisor's, so the program computes torch's remainder either way. (``fmod``, C's
     remainder, is no way out: ExecuTorch computes it in double.)"""
     if node.op != "call_function" or node.target not in (torch.ops.aten.remainder.Scalar, torch.ops.aten.remainder.Tensor):
