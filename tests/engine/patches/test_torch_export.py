@@ -370,29 +370,3 @@ def test_an_elementwise_op_over_tied_strides_keeps_its_length_dynamic():
     with pytest.raises(AssertionError, match=r"size\(\)\[1\] >= 7"):
         plain.module()(shorter["ids"])
     assert_exports_and_runs(_RollingHash(), {"ids": ids}, shorter, "dynamo", tolerance=0)
-
-
-def test_the_executorch_lowering_sorts_the_layout_of_tied_strides_without_a_guard():
-    """ExecuTorch's lowering retraces with broadcasts made explicit (Blt's hash windows times the expanded powers,
-    strides ``(s + 6, 1, 1)`` and ``(0, 0, 1)``) and sorts that output layout again: unpatched in its scope, it raised
-    the length's lower bound to the window (Blt's second shape of 6 bytes was refused)."""
-    from torch._dynamo.source import ConstantSource
-    from torch._prims_common import compute_elementwise_output_logical_to_physical_perm as original
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
-
-    from engine.patches.registry import apply_patches
-
-    shape_env = ShapeEnv()
-    length = shape_env.create_symbol(8, ConstantSource("length"), dynamic_dim=DimDynamic.DYNAMIC)
-    n = shape_env.create_symintnode(length, hint=8)
-    with FakeTensorMode(shape_env=shape_env, static_shapes=False):
-        windows = torch.empty_strided((2, n, 7), (n + 6, 1, 1), dtype=torch.long)
-        powers = torch.empty_strided((2, n, 7), (0, 0, 1), dtype=torch.long)
-        with apply_patches("executorch"):
-            import torch._prims_common as prims_common
-
-            prims_common.compute_elementwise_output_logical_to_physical_perm(windows, powers)
-        assert shape_env.var_to_range[length].lower < 7
-        original(windows, powers)  # torch's own sort records the guard
-        assert shape_env.var_to_range[length].lower == 7
