@@ -122,17 +122,14 @@ _SEGMENT_REDUCTIONS = {  # reduce: (fill where another segment, reduction over a
 
 @register_fx_node_fix("executorch", ops=(torch.ops.aten.scatter_reduce.two,))
 def _fix_scatter_reduce_as_comparisons(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Make a floating ``scatter_reduce(dim, index, src, reduce)`` whose index has the source's shape a reduction over
-    the index compared with itself along ``dim``, written back with a plain ``scatter``.
+    """Make a floating ``scatter_reduce(dim, index, src, reduce)`` a reduction over the index compared with itself
+    along ``dim``, written back with a plain ``scatter``.
 
-    Pattern: segment means and extrema over table cells (Tapas' ``_segment_reduce``, 1-D) and per-patch pooling of
-    byte embeddings (Blt's ``patch_reduce``: ``(batch, bytes, hidden)`` with ``amax`` along the bytes). ExecuTorch's
-    portable library has no ``scatter_reduce.two_out`` kernel (https://github.com/pytorch/executorch/issues/11330;
-    repro ``skiplists/repros/scatter_reduce_missing_kernel.py``); ``amax``/``amin`` have no ``scatter_add`` form.
-    Each source element gets the reduction over the elements of its line along ``dim`` with the same index (an
-    ``[..., N, N, ...]`` comparison of the N sources of each line, not of Tapas' 65,536 x batch segments), so one
-    segment's elements hold one value, which the ``scatter`` writes. The comparison is quadratic in N: its planned
-    size counts against the ExecuTorch memory budget (:mod:`engine.dim_bounds`) like any tensor's."""
+    Pattern: segment reductions (Tapas' ``_segment_reduce``, 1-D; Blt's ``patch_reduce``, ``amax`` along the bytes of
+    ``(batch, bytes, hidden)``). ExecuTorch's portable library has no ``scatter_reduce.two_out`` kernel
+    (https://github.com/pytorch/executorch/issues/11330; repro ``skiplists/repros/scatter_reduce_missing_kernel.py``).
+    Each source element gets the reduction over its line's elements of the same index: an ``[..., N, N, ...]``
+    comparison, quadratic in N, which the ExecuTorch memory budget counts like any tensor (:mod:`engine.dim_bounds`)."""
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
     if node.op != "call_function" or node.target is not torch.ops.aten.scatter_reduce.two:
@@ -440,15 +437,12 @@ def _exponent_bits(exponent: torch.fx.Node, dtype: torch.dtype) -> int:
 @register_fx_node_fix("onnx")
 @register_fx_node_fix("executorch")
 def _fix_integer_pow_as_squarings(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """Make an integer ``base ** exponent`` (two integer tensors) exponentiation by squaring: a product of the
-    base's repeated squares, one per set bit of the exponent, in the program's integer multiplication.
+    """Make an integer ``base ** exponent`` a product of the base's repeated squares, one per set bit of the exponent.
 
-    Pattern: polynomial hashes (Blt's byte-group hash, ``prime ** arange(g)`` with a prime near 1e9, modeling_blt.py
-    ``rolling_polynomial_hash``). Torch computes integer powers exactly and wraps them modulo ``2**64``; onnxruntime's
-    int64 ``Pow`` and ExecuTorch's ``pow`` kernel compute in double, so ``1000000007 ** 2`` comes back rounded past
-    ``2**53`` and an overflowing power as the int64 minimum (repros in ``skiplists/repros/``:
-    ``int64_pow_past_double_precision.py``, ``executorch_int64_pow_sum_remainder.py``; no upstream issue found).
-    Integer multiplication wraps as torch's power does, so the product is exact."""
+    Pattern: polynomial hashes (Blt's ``prime ** arange(g)``, a prime near 1e9). onnxruntime's int64 ``Pow`` and
+    ExecuTorch's ``pow`` compute in double: ``1000000007 ** 2`` rounded past ``2**53``, an overflowing power the int64
+    minimum (repros ``int64_pow_past_double_precision.py`` and ``executorch_int64_pow_sum_remainder.py`` in
+    ``skiplists/repros/``; no upstream issue found). Integer multiplication wraps as torch's power does: exact."""
     if node.op != "call_function" or node.target is not torch.ops.aten.pow.Tensor_Tensor:
         return False
     base, exponent = node.args[0], node.args[1]
