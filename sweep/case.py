@@ -141,10 +141,10 @@ def _save_and_load(backend: str, artifact: Any, workdir: Path, enter: Callable[[
 def _generate_reads_the_start_token(model: torch.nn.Module) -> bool:
     """Whether the model's class has a ``generate()`` of its own (not transformers' shared one, which reads the
     start token for encoder-decoders only) that reads the decoder start token."""
-    from transformers import GenerationMixin
+    from sweep.zoo.generation_prompt import own_generate
 
-    own = getattr(type(model), "generate", None)
-    if own is None or own is GenerationMixin.generate:
+    own = own_generate(model)
+    if own is None:
         return False
     try:
         return "_decoder_start_token_tensor" in inspect.getsource(own)

@@ -96,10 +96,9 @@ def _patch_elementwise_layout_without_size_guards(original):
     """Pattern: the layout sort of an elementwise op's output breaks stride ties (Blt's hash windows, ``unfold``)
     with ``guard_or_false(length >= g)``, which records a guard that pins the length.
 
-    Rewrite: during the sort ``guard_or_false`` answers as the traced sample, without a guard. The program is the
-    one traced; it only stops refusing other sizes for a choice of strides, which never changes a value. Not in the
-    ExecuTorch lowering: there the choice is the planned dim order, which must hold at every size (answered as
-    traced, a vision tower's program failed at run time at another size, 0x12). Upstream: pytorch/pytorch#149215 (a ``should_swap`` rewrite, not merged); the same guard kind: pytorch/pytorch#165032."""
+    Rewrite: during the sort ``guard_or_false`` answers as the traced sample, without a guard: a choice of strides,
+    never a value. Not in the ExecuTorch lowering, where the choice is the planned dim order, which must hold at
+    every size. Upstream: pytorch/pytorch#149215 (a ``should_swap`` rewrite, not merged), pytorch/pytorch#165032."""
     import torch.fx.experimental.symbolic_shapes as symbolic_shapes
 
     def as_traced_or_false(condition) -> bool:

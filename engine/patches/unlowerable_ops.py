@@ -129,7 +129,7 @@ def _fix_scatter_reduce_as_comparisons(gm: torch.fx.GraphModule, node: torch.fx.
     ``(batch, bytes, hidden)``). ExecuTorch's portable library has no ``scatter_reduce.two_out`` kernel
     (https://github.com/pytorch/executorch/issues/11330; repro ``skiplists/repros/scatter_reduce_missing_kernel.py``).
     Each source element gets the reduction over its line's elements of the same index: an ``[..., N, N, ...]``
-    comparison, quadratic in N, which the ExecuTorch memory budget counts like any tensor (:mod:`engine.dim_bounds`)."""
+    comparison, quadratic in N, counted by the memory budget like any tensor (:mod:`engine.dim_bounds`)."""
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
     if node.op != "call_function" or node.target is not torch.ops.aten.scatter_reduce.two:
@@ -424,6 +424,12 @@ def _fix_running_extremum_as_masked_reduction(gm: torch.fx.GraphModule, node: to
 
 
 
+def _is_integer(value) -> bool:
+    """Whether a node's value is an integer tensor (not bool)."""
+    return isinstance(value, torch.Tensor) and not (value.is_floating_point() or value.is_complex()
+                                                     or value.dtype is torch.bool)
+
+
 def _exponent_bits(exponent: torch.fx.Node, dtype: torch.dtype) -> int:
     """How many bits the exponents can have: those of ``arange(end)``'s last value where the exponent is one with a
     static end (Blt's ``prime ** arange(group_size)``), else every value bit of the dtype."""
@@ -447,27 +453,22 @@ def _fix_integer_pow_as_squarings(gm: torch.fx.GraphModule, node: torch.fx.Node)
         return False
     base, exponent = node.args[0], node.args[1]
     values = [getattr(a, "meta", {}).get("val") for a in (base, exponent, node)]
-    if any(not isinstance(v, torch.Tensor) or v.is_floating_point() or v.is_complex() or v.dtype is torch.bool
-           for v in values):
+    if not all(map(_is_integer, values)):
         return False
-    dtype = values[2].dtype
-    square = insert_node(gm, node, torch.ops.aten._to_copy.default, base, dtype=dtype)
+    square = insert_node(gm, node, torch.ops.aten._to_copy.default, base, dtype=values[2].dtype)
     ones = insert_node(gm, node, torch.ops.aten.full_like.default, square, 1)
-    factors = []
+    factors = []  # the square where the exponent's bit is set, else 1
     for bit in range(_exponent_bits(exponent, values[1].dtype)):
         if bit:
             square = insert_node(gm, node, torch.ops.aten.mul.Tensor, square, square)
         is_set = insert_node(gm, node, torch.ops.aten.ne.Scalar,
                              insert_node(gm, node, torch.ops.aten.bitwise_and.Scalar, exponent, 1 << bit), 0)
-        factors.append((is_set, square))
-    result = ones
-    for is_set, square in factors[:-1]:
-        result = insert_node(gm, node, torch.ops.aten.mul.Tensor, result,
-                             insert_node(gm, node, torch.ops.aten.where.self, is_set, square, ones))
-    is_set, square = factors[-1]
-    last = insert_node(gm, node, torch.ops.aten.where.self, is_set, square, ones)
+        factors.append(insert_node(gm, node, torch.ops.aten.where.self, is_set, square, ones))
+    product = ones
+    for factor in factors[:-1]:
+        product = insert_node(gm, node, torch.ops.aten.mul.Tensor, product, factor)
     # the node itself computes the last product: the program's signature may name it as an output
-    node.target, node.args, node.kwargs = torch.ops.aten.mul.Tensor, (result, last), {}
+    node.target, node.args, node.kwargs = torch.ops.aten.mul.Tensor, (product, factors[-1]), {}
     return True
 
 
@@ -489,8 +490,8 @@ def _fix_int64_sum_as_additions(gm: torch.fx.GraphModule, node: torch.fx.Node) -
     source, dims = node.args[0], node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
     value, out = getattr(source, "meta", {}).get("val"), node.meta.get("val")
-    if (not isinstance(value, torch.Tensor) or not isinstance(out, torch.Tensor) or out.dtype is not torch.int64
-            or value.dtype.is_floating_point or value.dtype is torch.bool or not dims or len(dims) != 1):
+    if (not _is_integer(value) or not isinstance(out, torch.Tensor) or out.dtype is not torch.int64 or not dims
+            or len(dims) != 1):
         return False
     dim = dims[0] % value.dim()
     length = value.shape[dim]
@@ -514,14 +515,13 @@ def _fix_integer_remainder_with_the_divisors_sign(gm: torch.fx.GraphModule, node
 
     Pattern: the same hashes, wrapped into the vocabulary with ``% vocab`` after overflowing to negative values.
     Torch's remainder takes the divisor's sign; ExecuTorch's int64 ``remainder`` kernel the dividend's (C's ``%``):
-    ``-25754`` where torch gives ``4246`` modulo 30000 (repro ``skiplists/repros/executorch_int64_pow_sum_remainder.py``;
-    no upstream issue found). The correction changes nothing
-    where the sign is already the divisor's, so the program computes torch's remainder either way. (``fmod``, C's
-    remainder, is no way out: ExecuTorch computes it in double.)"""
+    ``-25754`` where torch gives ``4246`` modulo 30000 (repro
+    ``skiplists/repros/executorch_int64_pow_sum_remainder.py``; no upstream issue found). The correction changes
+    nothing where the sign is already the divisor's. (``fmod``, C's remainder, is no way out: ExecuTorch computes it
+    in double.)"""
     if node.op != "call_function" or node.target not in (torch.ops.aten.remainder.Scalar, torch.ops.aten.remainder.Tensor):
         return False
-    value = node.meta.get("val")
-    if not isinstance(value, torch.Tensor) or value.is_floating_point() or value.is_complex() or value.dtype is torch.bool:
+    if not _is_integer(node.meta.get("val")):
         return False
     a, b = node.args[0], node.args[1]
     scalar = node.target is torch.ops.aten.remainder.Scalar

@@ -178,3 +178,11 @@ def image_side(ctx: Context) -> tuple[int, int]:
 def image_channels(ctx: Context) -> int:
     return ctx.find("num_channels", "in_channels", "input_channels", where=lambda c: c is ctx.vision_config(),
                     default=None) or ctx.find("num_channels", default=3)
+
+
+def text_width(model: torch.nn.Module) -> int | None:
+    """The width of the model's token embeddings (of ``inputs_embeds``); None for a model without them."""
+    try:
+        return int(model.get_input_embeddings().weight.shape[-1])
+    except Exception:  # noqa: BLE001 - models without a token embedding
+        return None

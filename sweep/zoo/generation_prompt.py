@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from sweep.zoo import modalities, overrides
-from sweep.zoo.context import BATCH, Context, Hints, forward_parameters
+from sweep.zoo.context import BATCH, Context, Hints, forward_parameters, text_width
 
 
 def generation_prompt(model: torch.nn.Module, sample: dict[str, Any], seed: int = 0) -> dict[str, Any]:
@@ -42,12 +42,18 @@ def generation_prompt(model: torch.nn.Module, sample: dict[str, Any], seed: int 
     return first if first is not None else prompt
 
 
-def required_by_own_generate(model: torch.nn.Module) -> list[str]:
-    """The parameters without a default of a ``generate()`` the class defines itself (not the shared one)."""
+def own_generate(model: torch.nn.Module) -> Callable | None:
+    """The ``generate()`` the model's class defines itself; None where it has transformers' shared one, or none."""
     from transformers import GenerationMixin
 
     own = getattr(type(model), "generate", None)
-    if own is None or own is GenerationMixin.generate:
+    return None if own is None or own is GenerationMixin.generate else own
+
+
+def required_by_own_generate(model: torch.nn.Module) -> list[str]:
+    """The parameters without a default of a ``generate()`` the class defines itself (not the shared one)."""
+    own = own_generate(model)
+    if own is None:
         return []
     params = list(inspect.signature(own).parameters.values())[1:]  # after self
     return [p.name for p in params if p.default is inspect.Parameter.empty
@@ -57,10 +63,8 @@ def required_by_own_generate(model: torch.nn.Module) -> list[str]:
 def _candidates(model: torch.nn.Module, names: list[str], seed: int) -> Iterator[dict[str, Any]]:
     """The missing inputs by their recipes: as the recipe lays them out, then with the text model's width as their
     last dimension (features already embedded, ``(batch, frames, hidden)``)."""
-    width = _text_width(model)
-    for hints in (Hints(), Hints(feature_dim=width) if width else None):
-        if hints is None:
-            continue
+    width = text_width(model)
+    for hints in [Hints()] + ([Hints(feature_dim=width)] if width else []):
         ctx = Context(config=model.config, model=model, gen=torch.Generator().manual_seed(seed), batch=BATCH,
                       hints=hints, params=forward_parameters(model))
         made = {}
@@ -71,13 +75,6 @@ def _candidates(model: torch.nn.Module, names: list[str], seed: int) -> Iterator
                 return
             made[name] = value
         yield made
-
-
-def _text_width(model: torch.nn.Module) -> int | None:
-    try:
-        return int(model.get_input_embeddings().weight.shape[-1])
-    except Exception:  # noqa: BLE001 - models without a token embedding
-        return None
 
 
 def _checkpoint_generation_config(model: torch.nn.Module) -> None:

@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from sweep.zoo import modalities as m
-from sweep.zoo.context import BATCH, NEVER, Context, Hints, forward_parameters, model_modalities, required, skipped
+from sweep.zoo.context import (BATCH, NEVER, Context, Hints, forward_parameters, model_modalities, required, skipped,
+                               text_width)
 from sweep.zoo.fallback import fallback
 from sweep.zoo.layouts import alternative_layouts
 
@@ -32,10 +33,7 @@ def candidate_inputs(model: torch.nn.Module, seed: int = 0, hints: Hints | None 
     gen = torch.Generator().manual_seed(seed)
     ctx = Context(config=config, model=model, gen=gen, batch=BATCH, hints=hints, params=params)
     if hints.text_width is None:
-        try:  # the width of inputs_embeds
-            hints.text_width = int(model.get_input_embeddings().weight.shape[-1])
-        except Exception:  # noqa: BLE001 - models without a token embedding
-            hints.text_width = None
+        hints.text_width = text_width(model)
 
     base: dict[str, Any] = {}
     for name in sorted(wanted, key=_priority):

@@ -89,8 +89,6 @@ def _patch_selective_scan_loop(original):
 _WKV_LOOP = "transformers.models.rwkv.modeling_rwkv.rwkv_linear_attention_cpu"
 _RG_LRU_LOOP = "transformers.models.recurrent_gemma.modeling_recurrent_gemma.RecurrentGemmaRglru._rnn_scan"
 _MLSTM_BACKEND = "transformers.models.xlstm.modeling_xlstm.xLSTMBackend.forward"
-#: the recurrences run as scans here (ExecuTorch steps them unrolled: engine.patches.executorch)
-SCANNED_TIME_LOOPS = (_WKV_LOOP, _RG_LRU_LOOP, _MLSTM_BACKEND)
 
 
 def _symbolic_length(tensor: torch.Tensor, dim: int = 1) -> bool:
