@@ -35,7 +35,7 @@ from engine.shapes import (
     widen_unit_dims,
 )
 from engine.signature import call_program, flat_forward, restore_module_state
-from engine.single_trace import export_decomposed
+from engine.single_trace import SymbolicWorkExceeded, export_decomposed
 from engine.versions import warn_on_version_drift
 
 logger = logging.getLogger("engine")
@@ -292,7 +292,7 @@ class DynamoExporter:
                                   ) -> torch.export.ExportedProgram:
         """One trace straight to the ATen IR ``table`` decomposes to (:func:`engine.single_trace.export_decomposed`),
         for an exporter whose backend would decompose the program again; the two passes' ``torch.export.export``
-        where that trace guards on a data-dependent size."""
+        where that trace guards on a data-dependent size or spends its symbolic-work budget."""
         from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
         try:
@@ -305,7 +305,7 @@ class DynamoExporter:
                 prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
                 size_oblivious=size_oblivious,
             )
-        except GuardOnDataDependentSymNode:
+        except (GuardOnDataDependentSymNode, SymbolicWorkExceeded):
             # Decomposing composite-implicit ops while tracing can guard on an unbacked size that the two passes
             # (torch.export, then run_decompositions) leave symbolic: SAM 3's text and vision towers fail the single
             # trace with Eq(u0*u1, 16) in _special_op_to_decompose_cia and export in two passes. Those are the

@@ -18,6 +18,9 @@ table the same way, less the ops its partitioner may keep whole and those its FX
 (:func:`engine.executorch_lowering.trace_table`), and runs the decompositions as ``run_decompositions`` does (not
 size-oblivious); the lowering then decomposes again only where a kept node is one the partitioner does not take.
 
+Its symbolic work is budgeted (:func:`symbolic_work_budget`): where the decomposed ops' size probes meet deeply
+nested size expressions, the single trace can cost far more than the two passes, and it is abandoned for them.
+
 This reaches into private torch.export functions (``torch/export/_trace.py``, ``exported_program.py``);
 :func:`single_trace_supported` says whether the installed torch has them, and callers fall back to the two
 passes where it does not.
@@ -25,9 +28,10 @@ passes where it does not.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -77,18 +81,80 @@ def export_decomposed(
 
     # _export reads _export_to_aten_ir by name when it builds its tracing function
     with swap_attributes([(_trace, "_export_to_aten_ir", export_to_aten_ir)]), \
-            _override_composite_implicit_decomp(composite_decompositions):
-        program = _trace._export(
-            model,
-            (),
-            dict(kwargs),
-            dynamic_shapes,
-            strict=strict,
-            pre_dispatch=False,
-            prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards,
-        )
+            _override_composite_implicit_decomp(composite_decompositions), symbolic_work_budget() as budget:
+        try:
+            program = _trace._export(
+                model,
+                (),
+                dict(kwargs),
+                dynamic_shapes,
+                strict=strict,
+                pre_dispatch=False,
+                prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards,
+            )
+        except Exception as e:
+            if budget.exceeded:  # however torch wrapped it on the way out
+                raise SymbolicWorkExceeded(budget.spent) from e
+            raise
     program.graph_module.meta[DECOMPOSED_WITH] = frozenset(decomp_table)
     return program
+
+
+#: interval-analysis steps (sympy handler runs of ``bound_sympy``) above which one size expression counts as deep
+DEEP_EXPRESSION_STEPS = 1_000
+#: the steps a single trace may spend on deep size expressions before it is abandoned for the two passes
+SYMBOLIC_WORK_BUDGET = 250_000
+
+
+class SymbolicWorkExceeded(Exception):
+    """The decomposing single trace spent :data:`SYMBOLIC_WORK_BUDGET` on deep size expressions."""
+
+    def __init__(self, spent: int):
+        super().__init__(f"the single trace spent {spent:,} interval-analysis steps on size expressions of over "
+                         f"{DEEP_EXPRESSION_STEPS:,} steps each (budget {SYMBOLIC_WORK_BUDGET:,})")
+
+
+class _Budget:
+    spent = 0
+    exceeded = False
+
+
+@contextlib.contextmanager
+def symbolic_work_budget() -> Iterator[_Budget]:
+    """Count the value-range steps ``bound_sympy`` takes per size expression; past the budget, every later call
+    raises :class:`SymbolicWorkExceeded`. Counted in steps, not seconds, so that every machine decides alike.
+
+    Why: a decomposed op's layout probes (``empty_like``, contiguity checks) bound its sizes, and where those are
+    nested floor divisions (strided convs in sequence) each probe can take seconds: EfficientLoFTR's keypoint
+    matcher ran past 600 s in the single trace and exports in 31 s in the two passes. The budget is far above what
+    the slowest passing single traces spend (Florence-2's: 8 deep expressions, under 40,000 steps)."""
+    from torch.fx.experimental import symbolic_shapes
+    from torch.utils._sympy import interp, value_ranges
+
+    budget, steps = _Budget(), [0]
+    run_handler, bound_sympy = interp._run_sympy_handler, value_ranges.bound_sympy
+
+    def counted_handler(*args, **kwargs):
+        steps[0] += 1
+        return run_handler(*args, **kwargs)
+
+    def budgeted_bound_sympy(expr, ranges=None):
+        if budget.exceeded:
+            raise SymbolicWorkExceeded(budget.spent)
+        start = steps[0]
+        result = bound_sympy(expr, ranges)
+        taken = steps[0] - start
+        if taken > DEEP_EXPRESSION_STEPS:
+            budget.spent += taken
+            if budget.spent > SYMBOLIC_WORK_BUDGET:
+                budget.exceeded = True
+                raise SymbolicWorkExceeded(budget.spent)
+        return result
+
+    with swap_attributes([(interp, "_run_sympy_handler", counted_handler),
+                          (value_ranges, "bound_sympy", budgeted_bound_sympy),
+                          (symbolic_shapes, "bound_sympy", budgeted_bound_sympy)]):
+        yield budget
 
 
 def loaded_op_count() -> int:

@@ -83,3 +83,58 @@ def test_the_trace_hook_is_put_back_when_the_trace_fails():
     with pytest.raises(Exception):
         export_decomposed(Fails(), {"x": torch.ones(2)}, {})
     assert _trace._export_to_aten_ir is before
+
+
+# ── The symbolic-work budget ────────────────────────────────────────────────────────────────────────────────
+
+
+class StridedConvs(torch.nn.Module):
+    """Strided convs over a dynamic image: each output side is a floor division of the one before, the nested size
+    expressions whose probes the budget counts. Each test takes its own kernel and stride: torch caches the ranges
+    of expressions it has bounded, and a second trace of the same ones takes no step."""
+
+    def __init__(self, kernel: int, stride: int):
+        super().__init__()
+        self.convs = torch.nn.Sequential(*[torch.nn.Conv2d(2, 2, kernel, stride=stride, padding=1) for _ in range(3)])
+
+    def forward(self, x):
+        y = self.convs(x)
+        return y.reshape(y.shape[0], -1).softmax(-1)
+
+
+IMAGE = {"x": torch.randn(2, 2, 64, 80)}
+IMAGE_DYNAMIC = {"x": {0: torch.export.Dim.AUTO, 2: torch.export.Dim.AUTO, 3: torch.export.Dim.AUTO}}
+
+
+def _spend_nothing(monkeypatch):
+    """A budget every size expression exceeds: any value-range step counts, none is allowed."""
+    import engine.single_trace as single_trace
+
+    monkeypatch.setattr(single_trace, "DEEP_EXPRESSION_STEPS", 0)
+    monkeypatch.setattr(single_trace, "SYMBOLIC_WORK_BUDGET", 0)
+
+
+def test_a_single_trace_past_its_symbolic_work_budget_raises_and_restores_bound_sympy(monkeypatch):
+    from torch.fx.experimental import symbolic_shapes
+    from torch.utils._sympy import interp, value_ranges
+
+    from engine.single_trace import SymbolicWorkExceeded
+
+    table = dict(torch.export.default_decompositions())
+    before = (value_ranges.bound_sympy, symbolic_shapes.bound_sympy, interp._run_sympy_handler)
+    _spend_nothing(monkeypatch)
+    with pytest.raises(SymbolicWorkExceeded, match="interval-analysis steps"):
+        export_decomposed(StridedConvs(kernel=5, stride=3), IMAGE, table, dynamic_shapes=IMAGE_DYNAMIC)
+    assert (value_ranges.bound_sympy, symbolic_shapes.bound_sympy, interp._run_sympy_handler) == before
+
+
+def test_an_exporter_takes_the_two_passes_when_the_single_trace_is_over_budget(monkeypatch):
+    from engine import DynamoConfig, DynamoExporter
+
+    table = dict(torch.export.default_decompositions())
+    model = StridedConvs(kernel=4, stride=3).eval()
+    _spend_nothing(monkeypatch)
+    program = DynamoExporter().export_program_decomposed(model, IMAGE, IMAGE_DYNAMIC, DynamoConfig(dynamic=True), table)
+    assert decomposed_with(program) is None  # the two passes' plain torch.export program
+    other = {"x": torch.randn(3, 2, 70, 100)}
+    torch.testing.assert_close(program.module()(**other), model(**other), rtol=0, atol=1e-6)
