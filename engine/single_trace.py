@@ -29,6 +29,7 @@ passes where it does not.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Iterator, Mapping
@@ -114,9 +115,10 @@ class SymbolicWorkExceeded(Exception):
                          f"{DEEP_EXPRESSION_STEPS:,} steps each (budget {SYMBOLIC_WORK_BUDGET:,})")
 
 
+@dataclasses.dataclass
 class _Budget:
-    spent = 0
-    exceeded = False
+    spent: int = 0  # steps taken by deep size expressions
+    exceeded: bool = False
 
 
 @contextlib.contextmanager
@@ -127,7 +129,8 @@ def symbolic_work_budget() -> Iterator[_Budget]:
     Why: a decomposed op's layout probes (``empty_like``, contiguity checks) bound its sizes, and where those are
     nested floor divisions (strided convs in sequence) each probe can take seconds: EfficientLoFTR's keypoint
     matcher ran past 600 s in the single trace and exports in 31 s in the two passes. The budget is far above what
-    the slowest passing single traces spend (Florence-2's: 8 deep expressions, under 40,000 steps)."""
+    the slowest passing single traces spend (Florence-2's ONNX trace: 8 deep expressions, under 40,000 steps; its
+    ExecuTorch trace does not reach the budget either)."""
     from torch.fx.experimental import symbolic_shapes
     from torch.utils._sympy import interp, value_ranges
 
