@@ -118,7 +118,10 @@ class SymbolicWorkExceeded(Exception):
 @dataclasses.dataclass
 class _Budget:
     spent: int = 0  # steps taken by deep size expressions
-    exceeded: bool = False
+
+    @property
+    def exceeded(self) -> bool:
+        return self.spent > SYMBOLIC_WORK_BUDGET
 
 
 @contextlib.contextmanager
@@ -149,8 +152,7 @@ def symbolic_work_budget() -> Iterator[_Budget]:
         taken = steps[0] - start
         if taken > DEEP_EXPRESSION_STEPS:
             budget.spent += taken
-            if budget.spent > SYMBOLIC_WORK_BUDGET:
-                budget.exceeded = True
+            if budget.exceeded:
                 raise SymbolicWorkExceeded(budget.spent)
         return result
 

@@ -120,7 +120,7 @@ def test_a_single_trace_past_its_symbolic_work_budget_raises_and_restores_bound_
 
     from engine.single_trace import SymbolicWorkExceeded
 
-    table = dict(torch.export.default_decompositions())
+    table = TABLES["default"]()
     before = (value_ranges.bound_sympy, symbolic_shapes.bound_sympy, interp._run_sympy_handler)
     _spend_nothing(monkeypatch)
     with pytest.raises(SymbolicWorkExceeded, match="interval-analysis steps"):
@@ -131,7 +131,7 @@ def test_a_single_trace_past_its_symbolic_work_budget_raises_and_restores_bound_
 def test_an_exporter_takes_the_two_passes_when_the_single_trace_is_over_budget(monkeypatch):
     from engine import DynamoConfig, DynamoExporter
 
-    table = dict(torch.export.default_decompositions())
+    table = TABLES["default"]()
     model = StridedConvs(kernel=4, stride=3).eval()
     _spend_nothing(monkeypatch)
     program = DynamoExporter().export_program_decomposed(model, IMAGE, IMAGE_DYNAMIC, DynamoConfig(dynamic=True), table)
