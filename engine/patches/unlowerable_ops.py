@@ -11,6 +11,7 @@ import operator
 import torch
 
 from engine.patches.fx_edit import insert_node, size_node
+from engine.patches.model.image_grids import ANTIALIAS_TAPS, antialiased_weights
 from engine.patches.registry import register_fx_node_fix, register_patch
 
 # ── Correctness: trace patches ──────────────────────────────────────────────────────────────────────────────
@@ -36,6 +37,43 @@ def _patch_bincount_as_scatter_add(original):
         return values.new_zeros(length).scatter_add(0, input, values)
 
     return bincount
+
+
+@register_patch("executorch", "torch.nn.functional.interpolate")
+def _patch_antialiased_resize_as_matmuls(original):
+    """Make ``F.interpolate(mode="bilinear"|"bicubic", antialias=True)`` of a fixed-size grid two matmuls.
+
+    Pattern: a vision tower resizes its position-embedding grid to the image's patch grid with an antialiased bicubic
+    resize (UnlimitedOcr's ``interpolate_pos_encoding``). torch.export records ``aten._upsample_bicubic2d_aa``, not
+    Core ATen: ExecuTorch's verifier refuses it (repro ``bicubic_antialias_not_core_aten.py``). Rewrite: the resize
+    is separable, so rows then columns by the filter's weight matrices (:func:`antialiased_weights`), the output
+    size symbolic or not. A grid of symbolic size, or of another dtype, keeps the op."""
+
+    def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                    recompute_scale_factor=None, antialias=False):
+        sources = tuple(input.shape[2:])
+        if not (antialias and mode in ANTIALIAS_TAPS and input.dim() == 4
+                and input.dtype in (torch.float32, torch.float64) and all(isinstance(s, int) for s in sources)):
+            return original(input, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias)
+        factors = scale_factor if scale_factor is None or isinstance(scale_factor, (tuple, list)) else (scale_factor,) * 2
+        if size is not None:
+            sizes = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+        else:
+            sizes = tuple(math.floor(s * f) for s, f in zip(sources, factors))
+        weights = []
+        for axis, (source, out) in enumerate(zip(sources, sizes)):
+            count = torch.scalar_tensor(out, dtype=torch.float64, device=input.device)
+            if align_corners:  # ATen's area_pixel_compute_scale
+                scale = torch.where(count > 1, (source - 1) / (count - 1).clamp(min=1), 0.0)
+            elif factors is not None and not recompute_scale_factor:
+                scale = torch.scalar_tensor(1 / factors[axis], dtype=torch.float64, device=input.device)
+            else:
+                scale = source / count
+            index = torch.arange(out, device=input.device)
+            weights.append(antialiased_weights(index, scale, source, mode).to(input.dtype))
+        return weights[0] @ input @ weights[1].T
+
+    return interpolate
 
 
 # ── Correctness: FX node fixes ──────────────────────────────────────────────────────────────────────────────

@@ -124,18 +124,29 @@ def _patch_merger_without_a_per_image_loop(original):
     return forward
 
 
-def antialiased_bilinear_weights(index: torch.Tensor, size: torch.Tensor, source: int) -> torch.Tensor:
-    """Row ``index`` of ``F.interpolate(mode="bilinear", align_corners=False, antialias=True)``'s weights from
-    ``source`` positions to ``size`` (both per row of ``index``): the triangle filter, widened by the scale when
-    shrinking, over the window the kernel visits, normalised to sum to 1."""
-    scale = source / size.double()
-    support = scale.clamp(min=1.0)
-    center = scale * (index.double() + 0.5)
+def _antialias_filter(t: torch.Tensor, mode: str) -> torch.Tensor:
+    a = t.abs()
+    if mode == "bilinear":
+        return (1 - a).clamp(min=0)
+    return torch.where(a < 1, (1.5 * a - 2.5) * a * a + 1, torch.where(a < 2, ((-0.5 * a + 2.5) * a - 4) * a + 2, 0.0))
+
+
+ANTIALIAS_TAPS = {"bilinear": 2, "bicubic": 4}  # the filter's width at scale 1
+
+
+def antialiased_weights(index: torch.Tensor, scale: torch.Tensor, source: int, mode: str = "bilinear") -> torch.Tensor:
+    """Row ``index`` of ``F.interpolate(mode=mode, align_corners=False, antialias=True)``'s weights over ``source``
+    positions, ``scale`` input positions per output one (per row of ``index``, or one for all): ATen's CPU kernel's
+    filter (the triangle, or Keys' cubic with a = -0.5 as PIL's), widened by the scale when shrinking, over the
+    window the kernel visits, normalised to sum to 1."""
+    stretch = scale.double().clamp(min=1.0)[..., None]
+    support = ANTIALIAS_TAPS[mode] / 2 * stretch
+    center = (scale.double() * (index.double() + 0.5))[..., None]
     first = torch.trunc(center - support + 0.5).clamp(min=0)
     end = torch.trunc(center + support + 0.5).clamp(max=source)
     taps = torch.arange(source, dtype=torch.float64, device=index.device)
-    weights = (1 - ((taps - center[:, None] + 0.5) / support[:, None]).abs()).clamp(min=0)
-    weights = torch.where((taps >= first[:, None]) & (taps < end[:, None]), weights, 0.0)
+    weights = _antialias_filter((taps - center + 0.5) / stretch, mode)
+    weights = torch.where((taps >= first) & (taps < end), weights, 0.0)
     total = weights.sum(-1, keepdim=True)
     return weights / torch.where(total == 0, 1.0, total)
 
@@ -144,8 +155,8 @@ def resized_grid_embeddings(grid: torch.Tensor, grid_thw: torch.Tensor, merge: i
     """A learned ``(side, side, dim)`` position grid resized (antialiased bilinear) to every packed frame's
     ``(h, w)`` and read at each packed position's (row, column) in spatial-merge-block order."""
     p = packed_positions(grid_thw, merge)
-    rows = antialiased_bilinear_weights(p["row"], p["height"], grid.shape[0])
-    cols = antialiased_bilinear_weights(p["col"], p["width"], grid.shape[1])
+    rows = antialiased_weights(p["row"], grid.shape[0] / p["height"].double(), grid.shape[0])
+    cols = antialiased_weights(p["col"], grid.shape[1] / p["width"].double(), grid.shape[1])
     return separable_read(grid.double(), rows, cols).to(grid.dtype)
 
 

@@ -389,3 +389,39 @@ def test_polynomial_hashes_are_exact_on_the_runtimes(backend):
     tokens = torch.tensor([[255, 17, 3, 9, 200, 1], [1, 2, 3, 4, 5, 6]])
     assert_exports_and_runs(_PolynomialHash(4).eval(), {"tokens": tokens}, {"tokens": tokens[:, :5].flip(-1)}, backend,
                             tolerance=0)
+
+
+@given(mode=st.sampled_from(["bilinear", "bicubic"]), sizes=st.lists(st.integers(1, 24), min_size=3, max_size=3),
+       out_width=st.integers(2, 24), align_corners=st.booleans(), seed=st.integers(0, 2**16))
+@settings(max_examples=60, deadline=None)
+def test_weight_matrices_equal_antialiased_interpolate(mode, sizes, out_width, align_corners, seed):
+    """(An output width of 1 is left out: there ATen's CPU kernel gives every row the first row's weights.)"""
+    from engine.patches.unlowerable_ops import _patch_antialiased_resize_as_matmuls
+
+    height, width, out_height = sizes
+    grid = torch.randn(2, 3, height, width, generator=torch.Generator().manual_seed(seed))
+    kwargs = {"size": (out_height, out_width), "mode": mode, "align_corners": align_corners, "antialias": True}
+    expected = torch.nn.functional.interpolate(grid, **kwargs)
+    got = _patch_antialiased_resize_as_matmuls(torch.nn.functional.interpolate)(grid, **kwargs)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+class _ResizedPositionGrid(torch.nn.Module):
+    """UnlimitedOcr's ``interpolate_pos_encoding``: a learned position grid resized (antialiased bicubic) to a fixed
+    patch grid, and an antialiased bilinear shrink of the features, added to each sequence position."""
+
+    def __init__(self):
+        super().__init__()
+        self.grid = torch.nn.Parameter(torch.randn(1, 8, 12, 12, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, hidden):
+        grid = torch.nn.functional.interpolate(self.grid, size=(5, 5), mode="bicubic", antialias=True, align_corners=False)
+        small = torch.nn.functional.interpolate(grid, scale_factor=0.5, mode="bilinear", antialias=True)
+        return hidden + grid.flatten(2).transpose(1, 2).sum(1, keepdim=True) + small.mean()
+
+
+def test_antialiased_resize_exports_and_runs_on_executorch():
+    """Without the rewrite ExecuTorch's verifier refuses aten._upsample_bicubic2d_aa (not Core ATen)."""
+    g = torch.Generator().manual_seed(1)
+    trace, run = {"hidden": torch.randn(2, 7, 8, generator=g)}, {"hidden": torch.randn(3, 4, 8, generator=g)}
+    assert_exports_and_runs(_ResizedPositionGrid().eval(), trace, run, "executorch", tolerance=1e-5)
