@@ -9,8 +9,10 @@ its name, in the first layout on which eager ``generate()`` runs a token; the pr
 
 from __future__ import annotations
 
+import ast
 import copy
 import inspect
+import textwrap
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,11 +32,11 @@ def generation_prompt(model: torch.nn.Module, sample: dict[str, Any], seed: int 
     if not missing:
         return prompt
     first = None
-    for candidate in _candidates(model, missing, seed):
+    for candidate in _candidates(model, missing, seed):  # two tokens: a decode step reads its inputs too (Kyutai)
         first = first or candidate
         try:
             with torch.no_grad():
-                model.generate(**copy.deepcopy(candidate), max_new_tokens=1, do_sample=False, num_beams=1,
+                model.generate(**copy.deepcopy(candidate), max_new_tokens=2, do_sample=False, num_beams=1,
                                num_return_sequences=1)
         except Exception:  # noqa: BLE001 - the next layout; the case's own eager run reports the last one's error
             continue
@@ -51,18 +53,57 @@ def own_generate(model: torch.nn.Module) -> Callable | None:
 
 
 def required_by_own_generate(model: torch.nn.Module) -> list[str]:
-    """The parameters without a default of a ``generate()`` the class defines itself (not the shared one)."""
+    """The inputs a ``generate()`` the class defines itself (not the shared one) cannot run without: its parameters
+    without a default, and the keywords it takes from its ``**kwargs`` and then uses without a None check
+    (Kyutai's ``input_values = kwargs.get("input_values")`` sizes ``max_new_tokens`` from ``input_values.shape``)."""
     own = own_generate(model)
     if own is None:
         return []
     params = list(inspect.signature(own).parameters.values())[1:]  # after self
-    return [p.name for p in params if p.default is inspect.Parameter.empty
-            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    named = [p.name for p in params if p.default is inspect.Parameter.empty
+             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    keywords = next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
+    return named + (_keywords_used_unchecked(own, keywords) if keywords else [])
+
+
+def _keywords_used_unchecked(function: Callable, keywords: str) -> list[str]:
+    """Names ``x = keywords.get("x")`` (or ``.pop``, or ``keywords["x"]``) binds in ``function`` whose attributes or
+    items it then reads, with no ``x is None`` or ``"x" in keywords`` test anywhere in it."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    nodes = list(ast.walk(tree))
+    bound = {node.targets[0].id: key for node in nodes if isinstance(node, ast.Assign) and len(node.targets) == 1
+             and isinstance(node.targets[0], ast.Name) and (key := _keyword_read(node.value, keywords)) is not None}
+    used = {node.value.id for node in nodes if isinstance(node, (ast.Attribute, ast.Subscript))
+            and isinstance(node.value, ast.Name) and isinstance(node.ctx, ast.Load)}
+    tested = set()
+    for node in nodes:
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name):
+            if any(isinstance(c, ast.Constant) and c.value is None for c in node.comparators):
+                tested.add(bound.get(node.left.id))
+        elif (isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant)
+              and any(isinstance(c, ast.Name) and c.id == keywords for c in node.comparators)):
+            tested.add(node.left.value)
+    return [key for name, key in bound.items() if name in used and key not in tested]
+
+
+def _keyword_read(value: ast.expr, keywords: str) -> str | None:
+    """``"x"`` where ``value`` is ``keywords.get("x")``, ``keywords.pop("x")`` or ``keywords["x"]``."""
+    if (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("get", "pop")
+            and isinstance(value.func.value, ast.Name) and value.func.value.id == keywords and len(value.args) == 1):
+        value = value.args[0]
+    elif isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name) and value.value.id == keywords:
+        value = value.slice
+    else:
+        return None
+    return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
 
 
 def _candidates(model: torch.nn.Module, names: list[str], seed: int) -> Iterator[dict[str, Any]]:
-    """The missing inputs by their recipes: as the recipe lays them out, then with the text model's width as their
-    last dimension (features already embedded, ``(batch, frames, hidden)``)."""
+    """The missing inputs by their recipes: as the recipe lays them out (a waveform also as one channel), then with
+    the text model's width as their last dimension (features already embedded, ``(batch, frames, hidden)``)."""
     width = text_width(model)
     for hints in [Hints()] + ([Hints(feature_dim=width)] if width else []):
         ctx = Context(config=model.config, model=model, gen=torch.Generator().manual_seed(seed), batch=BATCH,
@@ -75,6 +116,8 @@ def _candidates(model: torch.nn.Module, names: list[str], seed: int) -> Iterator
                 return
             made[name] = value
         yield made
+        if made.get("input_values") is not None and made["input_values"].dim() == 2:  # codecs take (B, channels, T)
+            yield {**made, "input_values": made["input_values"][:, None]}
 
 
 def _checkpoint_generation_config(model: torch.nn.Module) -> None:

@@ -34,3 +34,39 @@ def test_a_class_with_the_shared_generate_keeps_the_sample_without_decoder_input
     assert required_by_own_generate(case.model) == []
     prompt = generation_prompt(case.model, case.inputs)
     assert sorted(prompt) == sorted(k for k in case.inputs if not k.startswith("decoder_"))
+
+
+def _sized_by_audio(self, *args, **kwargs):
+    values = kwargs.get("input_values")
+    return values.shape[-1]
+
+
+def _optional_assistant(self, **kwargs):
+    assistant = kwargs.get("assistant_model", None)
+    if assistant is not None:
+        return assistant.config
+    if "draft" in kwargs:
+        draft = kwargs["draft"]
+        return draft.config
+    return kwargs.pop("streamer")
+
+
+def test_keywords_a_generate_reads_from_kwargs_count_as_required_only_when_used_unchecked():
+    from sweep.zoo.generation_prompt import _keywords_used_unchecked
+
+    assert _keywords_used_unchecked(_sized_by_audio, "kwargs") == ["input_values"]
+    assert _keywords_used_unchecked(_optional_assistant, "kwargs") == []  # tested for None, tested for presence, unused
+
+
+def test_a_generate_that_sizes_its_output_by_a_kwargs_waveform_gets_one_channel_of_it():
+    """Kyutai's generate(*args, **kwargs) bounds max_new_tokens by ``kwargs.get("input_values").shape[-1]``, and its
+    codec encodes (batch, channels, samples): the forward's sample (audio-token ids) has none, so eager generate
+    failed; the prompt is the zoo's waveform as one channel, on which two tokens generate."""
+    from sweep.zoo.build import build_case
+
+    case = build_case("KyutaiSpeechToTextForConditionalGeneration", seed=0)
+    assert required_by_own_generate(case.model) == ["input_values"]
+    prompt = generation_prompt(case.model, case.inputs)
+    assert sorted(prompt) == ["input_values"] and prompt["input_values"].dim() == 3
+    with torch.no_grad():
+        assert case.model.generate(**prompt, max_new_tokens=2, do_sample=False).shape[-1] >= 2
