@@ -10,6 +10,7 @@ named after the pattern (never a model); importing this package registers them a
 ``rope_positions``         multimodal rotary positions (M-RoPE) computed before the graph, passed as ``position_ids``
 ``packed_grids``           packed vision towers' grid helpers (positions, windows, frames) without per-image loops
 ``image_grids``            per-image crops, position-grid resizes and patch merges, per packed position
+``anyres_grids``           LLaVA-NeXT's any-resolution tile grids, unpadded and packed per image, for all at once
 ``packed_attention``       variable-length attention over ``cu_seqlens`` as one block-diagonal masked SDPA
 ``global_token_attention`` Longformer-style global attention and sliding windows with no data-dependent shape
 ``chunked_attention``      local attention looped window by window, as one block-masked attention
@@ -37,6 +38,7 @@ from engine.patches.model import (  # noqa: F401
     packed_attention,
     packed_grids,
     image_grids,
+    anyres_grids,
     triangular_solves,
     position_lists,
     conv_geometry,
