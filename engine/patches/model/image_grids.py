@@ -124,6 +124,28 @@ def _patch_merger_without_a_per_image_loop(original):
     return forward
 
 
+@register_patch("dynamo", "transformers.models.paddleocr_vl.modeling_paddleocr_vl.PaddleOCRProjector.forward")
+def _patch_block_merge_without_a_per_image_loop(original):
+    """Pattern: PaddleOCR-VL's projector splits the packed patches per image by ``grid_thw.prod(1).tolist()`` and
+    folds each image's ``spatial_merge_size`` blocks with ``reshape(t, h // m, m, w // m, m, d)`` of sizes read from
+    ``grid_thw`` (modeling_paddleocr_vl.py:82-103): a loop as long as the batch, and view sizes that only data bound
+    (ExecuTorch's emitter then plans a 2**31 view). Rewrite: each block's patches gathered at once, in the same
+    (row, column) order, from their packed positions, whose count is the features' own length; the norm and the
+    linears act per row as before. TODO (transformers): no upstream issue found."""
+
+    @functools.wraps(original)
+    def forward(self, image_features: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
+        merge = self.merge_kernel_size[0]
+        if self.merge_kernel_size[1] != merge:
+            return original(self, image_features, image_grid_thw)
+        p = packed_positions(image_grid_thw, merge, length=image_features.shape[0])
+        source = p["image_start"] + p["frame_start"] + p["row"] * p["width"] + p["col"]
+        blocks = self.pre_norm(image_features)[source].reshape(-1, merge * merge * image_features.shape[-1])
+        return self.linear_2(self.act(self.linear_1(blocks)))
+
+    return forward
+
+
 def _antialias_filter(t: torch.Tensor, mode: str) -> torch.Tensor:
     a = t.abs()
     if mode == "bilinear":

@@ -248,3 +248,50 @@ def test_global_views_equal_the_per_image_loop_and_export_for_any_batch(model):
         torch.testing.assert_close(patched(pixel_values), original(pixel_values), rtol=0, atol=0)
     assert_exports_and_runs(patched, {"pixel_values": torch.randn(2, 3, 3, 3)}, {"pixel_values": torch.randn(3, 3, 3, 3)},
                             "dynamo", tolerance=1e-6)
+
+
+def _tiny_paddleocr_projector():
+    from transformers import PaddleOCRVLConfig
+    from transformers.models.paddleocr_vl.modeling_paddleocr_vl import PaddleOCRProjector
+
+    torch.manual_seed(0)
+    config = PaddleOCRVLConfig(vision_config={"hidden_size": 8, "spatial_merge_size": 2}, text_config={"hidden_size": 12})
+    return PaddleOCRProjector(config).eval()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 2), st.integers(1, 4), st.integers(1, 4)), min_size=1, max_size=3))
+def test_block_merge_equals_the_per_image_reshape(blocks):
+    """PaddleOCR-VL's projector: each image's 2 x 2 blocks, frame after frame, as the per-image reshape folds them."""
+    from engine.patches.model.image_grids import _patch_block_merge_without_a_per_image_loop
+
+    projector = _tiny_paddleocr_projector()
+    grid_thw = torch.tensor([(t, 2 * h, 2 * w) for t, h, w in blocks])
+    features = torch.randn(int(grid_thw.prod(1).sum()), 8)
+    with torch.no_grad():
+        expected = projector(features, grid_thw)
+        got = _patch_block_merge_without_a_per_image_loop(type(projector).forward)(projector, features, grid_thw)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+class _Projected(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.projector = _tiny_paddleocr_projector()
+
+    def forward(self, image_features, image_grid_thw):
+        return self.projector(image_features, image_grid_thw)
+
+
+def test_a_block_merge_exports_for_other_images_with_bounded_sizes():
+    """Traced on two images, the program folds three of other sizes, and no size in it is bounded by data alone
+    (the per-image reshape's sizes were read from grid_thw: unbacked, which ExecuTorch planned as a 2**31 view)."""
+    grids = {"trace": torch.tensor([[1, 4, 4], [1, 2, 6]]), "run": torch.tensor([[1, 2, 2], [2, 4, 2], [1, 6, 4]])}
+    inputs = {k: {"image_features": torch.randn(int(g.prod(1).sum()), 8), "image_grid_thw": g} for k, g in grids.items()}
+    from engine.patches.registry import apply_patches
+
+    dims = {"image_features": {0: torch.export.Dim.AUTO}, "image_grid_thw": {0: torch.export.Dim.AUTO}}
+    with apply_patches("dynamo"):
+        program = torch.export.export(_Projected(), (), inputs["trace"], dynamic_shapes=dims)
+    assert not [symbol for symbol in program.range_constraints if str(symbol).startswith("u")]  # no unbacked size
+    assert_exports_and_runs(_Projected(), inputs["trace"], inputs["run"], "dynamo", tolerance=1e-5)
