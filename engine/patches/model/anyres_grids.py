@@ -1,13 +1,11 @@
 """LLaVA-NeXT's any-resolution image features (a grid of tiles per image, unpadded to the image's aspect ratio, a
-newline after every row) computed for every image at once, without reading image sizes as Python numbers.
+newline after every row) for every image at once, reading no image size as a Python number.
 
 Pattern: ``get_image_features`` counts each image's tiles with ``image_size_to_num_patches(image_size.tolist())``,
-whose ``select_best_resolution`` compares float ratios of those values (a data-dependent guard torch.export cannot
-trace, repro ``tolist_image_sizes_patch_count.py``), then slices, splits and unpads each image in Python loops.
-Rewrite: the grid every image picks by tensor ops over the fixed ``image_grid_pinpoints`` (:func:`best_grids`); the
-tower over every tile given (padding tiles too: each tile's features are its own); each image's features laid on
-the largest grid any pinpoint gives and kept where eager's unpadded rows and columns are (:func:`packed_tiles`),
-returned as one :class:`RaggedRows` value, the per-image list the model concatenates.
+whose ``select_best_resolution`` compares float ratios of those values (a data-dependent guard; repro
+``tolist_image_sizes_patch_count.py``), then slices, splits and unpads each image in Python loops. Rewrite: the
+grids by tensor ops over the pinpoints (:func:`best_grids`), the tower over every tile given, and each image's
+features on the largest grid, kept by a mask where eager keeps them (:func:`packed_tiles`), as one RaggedRows.
 """
 
 from __future__ import annotations
@@ -97,7 +95,6 @@ class _AnyresWithoutPerImageLoops(ast.NodeTransformer):
     slicing -> every tile and each image's first; the split by counts -> nothing; ``self.pack_image_features(...)``
     -> :func:`packed_tiles`. All four or nothing."""
 
-    matched = 0
     _REWRITES = {
         "image_num_patches": "image_num_patches = __anyres_grids__(self, image_sizes)",
         "pixel_values.dim() == 5": "pixel_values, first_tiles = __all_tiles__(pixel_values, image_num_patches)",
@@ -109,9 +106,13 @@ class _AnyresWithoutPerImageLoops(ast.NodeTransformer):
     def __init__(self):
         self.seen: set[str] = set()
 
+    @property
+    def matched(self) -> int:
+        """What :func:`recompiled` reads: 1 when every rewrite matched, else 0 (the original is kept)."""
+        return int(len(self.seen) == len(self._REWRITES))
+
     def _rewrite(self, key: str) -> ast.stmt:
         self.seen.add(key)
-        self.matched = len(self.seen) // len(self._REWRITES)
         return ast.parse(self._REWRITES[key]).body[0]
 
     def visit_Assign(self, node: ast.Assign) -> ast.stmt:

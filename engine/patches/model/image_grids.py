@@ -157,10 +157,10 @@ ANTIALIAS_TAPS = {"bilinear": 2, "bicubic": 4}  # the filter's width at scale 1
 
 
 def antialiased_weights(index: torch.Tensor, scale: torch.Tensor, source: int, mode: str = "bilinear") -> torch.Tensor:
-    """Row ``index`` of ``F.interpolate(mode=mode, align_corners=False, antialias=True)``'s weights over ``source``
-    positions, ``scale`` input positions per output one (per row of ``index``, or one for all): ATen's CPU kernel's
-    filter (the triangle, or Keys' cubic with a = -0.5 as PIL's), widened by the scale when shrinking, over the
-    window the kernel visits, normalised to sum to 1."""
+    """Row ``index`` of ``F.interpolate(mode=mode, antialias=True)``'s weights over ``source`` positions, ``scale``
+    input positions per output one (per row of ``index``, or one for all; align_corners changes only it): ATen's CPU
+    kernel's filter (the triangle, or Keys' cubic with a = -0.5 as PIL's), widened by the scale when shrinking, over
+    the window the kernel visits, normalised to sum to 1."""
     stretch = scale.double().clamp(min=1.0)[..., None]
     support = ANTIALIAS_TAPS[mode] / 2 * stretch
     center = (scale.double() * (index.double() + 0.5))[..., None]
