@@ -35,3 +35,12 @@ def packed_positions(grid_thw: torch.Tensor, spatial_merge_size: int | torch.Ten
     col = ((within // (merge * merge)) % blocks_w) * merge + within % merge
     return {"image": image, "frame": frame, "row": row, "col": col, "height": height, "width": width,
             "frame_start": offset - within, "image_start": torch.arange(length, device=grid_thw.device) - offset}
+
+
+def pixel_shuffle_index(grid_thw: torch.Tensor, merge_size: int, length: int | torch.SymInt | None = None
+                        ) -> torch.Tensor:
+    """The gather index that groups each ``merge_size x merge_size`` block of a frame into consecutive rows (MuSE's
+    pixel shuffle, PaddleOCR-VL's block fold): for each position in block order, the raster index of its patch in
+    the packed sequence. ``length`` as in :func:`packed_positions`."""
+    p = packed_positions(grid_thw, merge_size, length)
+    return p["image_start"] + p["frame_start"] + p["row"] * p["width"] + p["col"]

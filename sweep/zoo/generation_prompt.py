@@ -78,15 +78,13 @@ def _keywords_used_unchecked(function: Callable, keywords: str) -> list[str]:
              and isinstance(node.targets[0], ast.Name) and (key := _keyword_read(node.value, keywords)) is not None}
     used = {node.value.id for node in nodes if isinstance(node, (ast.Attribute, ast.Subscript))
             and isinstance(node.value, ast.Name) and isinstance(node.ctx, ast.Load)}
-    tested = set()
-    for node in nodes:
-        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name):
-            if any(isinstance(c, ast.Constant) and c.value is None for c in node.comparators):
-                tested.add(bound.get(node.left.id))
-        elif (isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant)
-              and any(isinstance(c, ast.Name) and c.id == keywords for c in node.comparators)):
-            tested.add(node.left.value)
-    return [key for name, key in bound.items() if name in used and key not in tested]
+    compares = [node for node in nodes if isinstance(node, ast.Compare)]
+    none_tested = {node.left.id for node in compares if isinstance(node.left, ast.Name)
+                   and any(isinstance(c, ast.Constant) and c.value is None for c in node.comparators)}
+    present_tested = {node.left.value for node in compares if isinstance(node.left, ast.Constant)
+                      and any(isinstance(c, ast.Name) and c.id == keywords for c in node.comparators)}
+    return [key for name, key in bound.items() if name in used and name not in none_tested
+            and key not in present_tested]
 
 
 def _keyword_read(value: ast.expr, keywords: str) -> str | None:

@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from engine.patches.packed_positions import images_of_positions, packed_positions
+from engine.patches.packed_positions import images_of_positions, packed_positions, pixel_shuffle_index
 from engine.patches.registry import register_patch
 from engine.patches.source_rewrite import recompiled
 from engine.stacked_rows import RaggedRows, StackedRows
@@ -130,7 +130,7 @@ def _patch_block_merge_without_a_per_image_loop(original):
     folds each image's ``spatial_merge_size`` blocks with ``reshape(t, h // m, m, w // m, m, d)`` of sizes read from
     ``grid_thw`` (modeling_paddleocr_vl.py:82-103): a loop as long as the batch, and view sizes that only data bound
     (ExecuTorch's emitter then plans a 2**31 view). Rewrite: each block's patches gathered at once, in the same
-    (row, column) order, from their packed positions, whose count is the features' own length; the norm and the
+    (row, column) order (:func:`pixel_shuffle_index`, its count the features' own length); the norm and the
     linears act per row as before. TODO (transformers): no upstream issue found."""
 
     @functools.wraps(original)
@@ -138,8 +138,7 @@ def _patch_block_merge_without_a_per_image_loop(original):
         merge = self.merge_kernel_size[0]
         if self.merge_kernel_size[1] != merge:
             return original(self, image_features, image_grid_thw)
-        p = packed_positions(image_grid_thw, merge, length=image_features.shape[0])
-        source = p["image_start"] + p["frame_start"] + p["row"] * p["width"] + p["col"]
+        source = pixel_shuffle_index(image_grid_thw, merge, length=image_features.shape[0])
         blocks = self.pre_norm(image_features)[source].reshape(-1, merge * merge * image_features.shape[-1])
         return self.linear_2(self.act(self.linear_1(blocks)))
 

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.patches.packed_positions import images_of_positions, packed_positions
+from engine.patches.packed_positions import images_of_positions, packed_positions, pixel_shuffle_index
 from engine.patches.registry import register_patch, register_trace_context
 from engine.swap import swap_attributes
 
@@ -150,13 +150,6 @@ def frame_index(grid_thw: torch.Tensor) -> torch.Tensor:
     return p["frame"] + (grid_thw[p["image"], 0] > 1).to(p["frame"].dtype)
 
 
-def pixel_shuffle_index(grid_thw: torch.Tensor, merge_size: int) -> torch.Tensor:
-    """MuSE's gather index that groups each ``merge_size x merge_size`` block of a frame into consecutive rows:
-    for each position in block order, the raster index of its patch in the packed sequence."""
-    p = packed_positions(grid_thw, merge_size)
-    return p["image_start"] + p["frame_start"] + p["row"] * p["width"] + p["col"]
-
-
 #: the helpers of ``transformers.vision_utils`` replaced: how each is computed without a per-image loop, and the
 #: keys of a value the caller precomputed (which the original pops from its ``kwargs`` and returns)
 REPLACEMENTS: dict[str, tuple[Callable, tuple[str, ...]]] = {
@@ -233,7 +226,7 @@ def _patch_pixel_shuffle_index_without_a_loop(original):
     calls ``int()`` on each value (modeling_muse_glimmer.py:771): torch.export refuses ``int()`` of a value read
     from an input ("Could not extract specialized integer from data-dependent expression",
     https://github.com/pytorch/pytorch/issues/158786). The same index from each packed position's image, frame and
-    block-order (row, column) (:func:`engine.patches.model.packed_grids.pixel_shuffle_index`); a value precomputed in ``kwargs``
+    block-order (row, column) (:func:`engine.patches.packed_positions.pixel_shuffle_index`); a value precomputed in ``kwargs``
     goes to the original, which pops it.
     """
 

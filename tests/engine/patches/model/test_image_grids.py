@@ -274,15 +274,6 @@ def test_block_merge_equals_the_per_image_reshape(blocks):
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
 
 
-class _Projected(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.projector = _tiny_paddleocr_projector()
-
-    def forward(self, image_features, image_grid_thw):
-        return self.projector(image_features, image_grid_thw)
-
-
 def test_a_block_merge_exports_for_other_images_with_bounded_sizes():
     """Traced on two images, the program folds three of other sizes, and no size in it is bounded by data alone
     (the per-image reshape's sizes were read from grid_thw: unbacked, which ExecuTorch planned as a 2**31 view)."""
@@ -292,6 +283,6 @@ def test_a_block_merge_exports_for_other_images_with_bounded_sizes():
 
     dims = {"image_features": {0: torch.export.Dim.AUTO}, "image_grid_thw": {0: torch.export.Dim.AUTO}}
     with apply_patches("dynamo"):
-        program = torch.export.export(_Projected(), (), inputs["trace"], dynamic_shapes=dims)
+        program = torch.export.export(_tiny_paddleocr_projector(), (), inputs["trace"], dynamic_shapes=dims)
     assert not [symbol for symbol in program.range_constraints if str(symbol).startswith("u")]  # no unbacked size
-    assert_exports_and_runs(_Projected(), inputs["trace"], inputs["run"], "dynamo", tolerance=1e-5)
+    assert_exports_and_runs(_tiny_paddleocr_projector(), inputs["trace"], inputs["run"], "dynamo", tolerance=1e-5)
