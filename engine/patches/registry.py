@@ -160,6 +160,8 @@ def patch_disabled(backend: str, name: str) -> Iterator[None]:
 
 def _model_module_loaded(path: str) -> bool:
     parts = path.split(".")
+    if parts[0] == "timm":  # a model library of its own: imported by the models that use it
+        return "timm" in sys.modules
     if parts[:2] != ["transformers", "models"] or len(parts) < 4:
         return True
     return ".".join(parts[:4]) in sys.modules
@@ -172,7 +174,7 @@ def apply_patches(backend: str) -> Iterator[list[str]]:
     Several patches of one path compose in registration order: each wraps the one before.
     Paths whose module is not importable (an optional package, a model removed upstream) are skipped
     with a debug log: a patch for a model the installed transformers lacks has nothing to patch. A model
-    module (``transformers.models.x.modeling_x``) not imported yet is skipped too: no model of it can be
+    module (``transformers.models.x.modeling_x``, or timm) not imported yet is skipped too: no model of it can be
     under export, and importing every patched model's module would slow every export down.
     """
     _check_backend(backend)

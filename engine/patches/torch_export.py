@@ -337,3 +337,48 @@ def _patch_guards_printed_once_per_shape_env(original):
         return [text for text in code if "L['self']" not in text]
 
     return convert_guards_to_code
+
+
+@register_patch("dynamo", "torch.utils._sympy.value_ranges.sympy_interp")
+@register_patch("onnx", "torch.utils._sympy.value_ranges.sympy_interp")
+@register_patch("executorch", "torch.utils._sympy.value_ranges.sympy_interp")  # and in the lowering's retraces
+def _patch_value_ranges_once_per_subexpression(original):
+    """Pattern: ``bound_sympy`` interprets a size expression as a tree, again for every guard and layout probe.
+    'Same' padding before strided convs (timm's ``pad_same``) nests ceil/floor divisions whose copies of the size
+    below (``pw - pw // 2``) double the tree at each stage, so the time grows geometrically with depth
+    (repro same_padding_stages_export_time.py).
+
+    Rewrite: each subexpression's range is computed once per export and set of symbol ranges (the ranges of the
+    expression's free symbols are the key; the analysis is pure), so a call costs its new nodes. Same ranges,
+    so the same guards and programs. TODO(upstream): no torch issue found (torch/utils/_sympy/interp.py)."""
+    if getattr(original, "_export_sweep_memo", False):  # already installed by another scope of this export
+        return original
+    from torch.utils._sympy import interp
+    from torch.utils._sympy.value_ranges import SymPyValueRangeAnalysis
+
+    free_symbols: dict = {}  # expression -> its free symbols
+    ranges_of: dict = {}  # (missing_handler, the symbols' ranges) -> {subexpression: its range}
+
+    def sympy_interp(analysis, env, expr, *, index_dtype=torch.int64, missing_handler=None):
+        if analysis is not SymPyValueRangeAnalysis or index_dtype != torch.int64:
+            return original(analysis, env, expr, index_dtype=index_dtype, missing_handler=missing_handler)
+        symbols = free_symbols.get(expr)
+        if symbols is None:
+            symbols = free_symbols[expr] = frozenset(expr.free_symbols)
+        known = ranges_of.setdefault((missing_handler, frozenset((s, env.get(s)) for s in symbols)), {})
+
+        def interpret(e):
+            result = known.get(e)
+            if result is None:
+                if e.args:  # as the original's recursive case, with the arguments' ranges looked up first
+                    result = interp._run_sympy_handler(analysis, [interpret(a) for a in e.args], e,
+                                                       index_dtype=index_dtype)
+                else:  # a symbol or a constant
+                    result = original(analysis, env, e, index_dtype=index_dtype, missing_handler=missing_handler)
+                known[e] = result
+            return result
+
+        return interpret(expr)
+
+    sympy_interp._export_sweep_memo = True
+    return sympy_interp

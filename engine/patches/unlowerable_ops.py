@@ -312,7 +312,10 @@ def _fix_erfinv_as_polynomial(gm: torch.fx.GraphModule, node: torch.fx.Node) -> 
             p = call(aten.add.Tensor, call(aten.mul.Tensor, w, p), c)
         return p
 
-    w = call(aten.neg.default, call(aten.log.default, call(aten.mul.Tensor, call(aten.rsub.Scalar, x, 1.0), call(aten.add.Tensor, x, 1.0))))
+    # 1 - x as -x + 1 (the same float): ONNX's table decomposes rsub, and one such op sends the whole single trace
+    # through torch.onnx's decomposition again (``_patch_decompose_once``)
+    one_minus_x = call(aten.add.Tensor, call(aten.neg.default, x), 1.0)
+    w = call(aten.neg.default, call(aten.log.default, call(aten.mul.Tensor, one_minus_x, call(aten.add.Tensor, x, 1.0))))
     central = polynomial(call(aten.sub.Tensor, w, 2.5), _ERFINV_CENTRAL)
     tail = polynomial(call(aten.sub.Tensor, call(aten.sqrt.default, w), 3.0), _ERFINV_TAIL)
     guess = call(aten.mul.Tensor, call(aten.where.self, call(aten.lt.Scalar, w, 5.0), central, tail), x)

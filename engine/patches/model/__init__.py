@@ -18,7 +18,7 @@ named after the pattern (never a model); importing this package registers them a
 ``placeholder_merges``     multimodal merges whose placeholder tests/counts read data (``mask.any()``, ``numel()``)
 ``experts``                mixture-of-experts loops over the experts that received tokens
 ``triangular_solves``      unit lower-triangular solves of gated delta rules, by forward substitution
-``conv_geometry``          conv padding and lengths in Python integer math
+``conv_geometry``          conv and window padding, lengths: in Python integer math, one copy of each size
 ``masks``                  attention masks by broadcasting instead of ``torch.vmap``; none for unpadded encoders
 ``caches``                 cache updates that branch on the traced prompt length
 ``buffer_branches``        Python branches on a small buffer's values (EoMT's schedule), the values as numbers

@@ -2,10 +2,13 @@
 
 Pattern: padding and lengths derived with tensor ops from a conv's kernel, stride and dilation (``torch.tensor``
 of ints, ``ceil`` of a tensor): data to torch.export, so the output length is data-dependent. The conv's fields are
-Python ints, so the same formulas in integer math keep every length a function of the input's size.
+Python ints, so the same formulas in integer math keep every length a function of the input's size. And the
+'same' padding of a strided conv, whose idle ``max`` made each stage's size expression three times the last.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -73,5 +76,68 @@ def _patch_extra_conv_padding_in_integer_math(original):
 
     return _get_extra_padding_for_conv1d
 
+
+
+@register_patch("dynamo", "timm.layers.padding.get_same_padding")
+def _patch_same_padding_without_an_idle_max(original):
+    """Pattern: 'same' padding before a strided conv, ``max((ceil(x / s) - 1) * s + (k - 1) * d + 1 - x, 0)``
+    (timm's ``get_same_padding``: MobileNetV5, Gemma 3n's vision tower). On a symbolic size the ``max`` stays a
+    ``Max`` that keeps ``x`` beside the pad, so the padded size holds the size below three times and each stage
+    triples the expression torch re-analyses (repro same_padding_stages_export_time.py: 112 s for 5 stages).
+
+    Rewrite: where the kernel's extent ``(k - 1) * d + 1`` is at least the stride the ``max`` can never bind
+    (``(ceil(x / s) - 1) * s >= x - s``), so it is left out; the padded size then cancels to ``ceil(x / s) * s - s
+    + extent``, one copy of ``x``. The same integers for every ``x``; other arguments go to timm. No upstream
+    issue found (the bound is torch's: value ranges cannot prove the max idle)."""
+
+    def get_same_padding(x, kernel_size, stride, dilation=1):
+        if isinstance(x, torch.SymInt) and all(isinstance(v, int) for v in (kernel_size, stride, dilation)):
+            total = same_padding_without_max(x, kernel_size, stride, dilation)
+            if total is not None:
+                return total
+        return original(x, kernel_size, stride, dilation)
+
+    return get_same_padding
+
+
+def same_padding_without_max(x, kernel_size: int, stride: int, dilation: int = 1):
+    """The 'same' padding total of a size ``x`` where its ``max(..., 0)`` cannot bind (the kernel's extent is at
+    least the stride), written without it; None where it can bind."""
+    extent = (kernel_size - 1) * dilation + 1
+    return (math.ceil(x / stride) - 1) * stride + extent - x if extent >= stride else None
+
+
+@register_patch("dynamo", "torch.nn.functional.pad")
+def _patch_pad_to_a_multiple_as_a_rounded_size(original):
+    """Pattern: padding a size up to a multiple of a window, ``pad = (m - x % m) % m`` then ``F.pad`` (Swin and
+    DaViT window attention: Florence-2's vision tower, 7 model files). The padded size ``x + (m - x % m) % m``
+    holds ``x`` twice, and each stage nests the last one's twice again: torch's size checks slow geometrically
+    with depth (Florence-2's ExecuTorch export ran past 600 s).
+
+    Rewrite: a pad amount that is that expression of the padded dim's own size is handed to ``F.pad`` as
+    ``m * ceil(x / m) - x`` (the same integer), so the padded size cancels to ``m * ceil(x / m)``, one copy of
+    ``x``. Recognised by comparing torch's own expressions, so other pads pass through unchanged. No upstream
+    issue found (torch could canonicalise ``x + Mod(-x, m)``)."""
+
+    def pad(input, pad, mode="constant", value=None):
+        if isinstance(input, torch.Tensor) and any(isinstance(amount, torch.SymInt) for amount in pad):
+            pad = [pad_as_rounded_size(amount, input.shape[input.dim() - 1 - i // 2]) for i, amount in enumerate(pad)]
+        return original(input, pad, mode, value)
+
+    return pad
+
+
+def pad_as_rounded_size(amount, size):
+    """``amount`` as ``m * ceil(size / m) - size`` where it is ``(m - size % m) % m`` or ``-size % m`` for an
+    integer ``m`` it holds, else ``amount`` unchanged."""
+    import sympy
+
+    if not (isinstance(amount, torch.SymInt) and isinstance(size, torch.SymInt)):
+        return amount
+    expr = amount.node.expr
+    for m in sorted({int(a) for a in expr.atoms(sympy.Integer) if a >= 2}):
+        if expr in (((m - size % m) % m).node.expr, ((-size) % m).node.expr):
+            return (size + m - 1) // m * m - size
+    return amount
 
 #: modules with the same (copied) MuSE ``get_vision_pixel_shuffle_index``

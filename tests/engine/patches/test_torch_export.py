@@ -370,3 +370,75 @@ def test_an_elementwise_op_over_tied_strides_keeps_its_length_dynamic():
     with pytest.raises(AssertionError, match=r"size\(\)\[1\] >= 7"):
         plain.module()(shorter["ids"])
     assert_exports_and_runs(_RollingHash(), {"ids": ids}, shorter, "dynamo", tolerance=0)
+
+
+def _same_padded_stages(symbol, depth: int):
+    """The height after ``depth`` stages of timm's pad_same and a 3x3 conv of stride 2, as torch writes it."""
+    import sympy
+    from torch.utils._sympy.functions import CeilToInt, FloorDiv, IntTrueDiv
+
+    size = symbol
+    for _ in range(depth):
+        padded = size + sympy.Max(2 * CeilToInt(IntTrueDiv(size, 2)) + 1 - size, 0)
+        size = FloorDiv(padded - 3, 2) + 1
+    return size
+
+
+def _bound_with_steps(expr, ranges):
+    """``bound_sympy(expr, ranges)`` and the interval-analysis steps (sympy handler runs) it took."""
+    from torch.utils._sympy import interp
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    from engine.swap import swap_attributes
+
+    steps, run = [0], interp._run_sympy_handler
+
+    def counted(*args, **kwargs):
+        steps[0] += 1
+        return run(*args, **kwargs)
+
+    with swap_attributes([(interp, "_run_sympy_handler", counted)]):
+        return bound_sympy(expr, ranges), steps[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(depth=st.integers(1, 4), lows=st.lists(st.integers(1, 300), min_size=2, max_size=2),
+       widths=st.lists(st.integers(0, 600), min_size=2, max_size=2))
+def test_value_ranges_once_per_subexpression_equal_the_tree_walk(depth, lows, widths):
+    """The memo's ranges equal torch's own, over nested same-padding sizes and sums of two of them, with the
+    symbols' ranges changing between calls in one export (the key is the ranges, not the expression alone)."""
+    import sympy
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    from engine.patches.registry import apply_patches
+
+    h, w = sympy.symbols("s0 s1", integer=True, positive=True)
+    expressions = [_same_padded_stages(h, depth), _same_padded_stages(h, depth) * _same_padded_stages(w, depth - 1)]
+    range_sets = [{h: ValueRanges(low, low + width), w: ValueRanges(lows[1], lows[1] + widths[1])}
+                  for low, width in ((lows[0], widths[0]), (2, 1024))]
+    expected = [[bound_sympy(e, r) for e in expressions] for r in range_sets]
+    with apply_patches("dynamo"):
+        got = [[bound_sympy(e, r) for e in expressions] for r in range_sets]
+    assert got == expected
+
+
+def test_value_ranges_of_nested_padding_take_steps_linear_in_depth():
+    """Six same-padded stages: torch walks the size's tree (3 copies of the size below per stage, over a
+    thousand handler runs); with the patch a call takes a step per distinct subexpression, and a second call
+    none. Fails without _patch_value_ranges_once_per_subexpression."""
+    import sympy
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    from engine.patches.registry import apply_patches
+
+    h = sympy.Symbol("s0", integer=True, positive=True)
+    size, ranges = _same_padded_stages(h, 6), {h: ValueRanges(8, 4096)}
+    expected, tree_steps = _bound_with_steps(size, ranges)
+    distinct = len({e for e in sympy.preorder_traversal(size) if e.args})
+    assert tree_steps > 1_000
+    with apply_patches("dynamo"):
+        first, first_steps = _bound_with_steps(size, ranges)
+        second, second_steps = _bound_with_steps(size, ranges)
+    assert first == second == expected
+    assert first_steps <= distinct < tree_steps / 10
+    assert second_steps == 0

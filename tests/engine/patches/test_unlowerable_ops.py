@@ -142,6 +142,30 @@ def test_inverse_normal_cdf_exports_and_runs(backend):
                              {"p": torch.tensor([0.2, 0.999, 0.5, 1e-4, 0.75])}, backend, tolerance=1e-5)
 
 
+
+class _GaussianTopK(torch.nn.Module):
+    """Gemma3n's activation sparsity: a cutoff at the mean plus ``icdf(p)`` standard deviations."""
+
+    def forward(self, x, p):
+        cutoff = x.mean(-1, keepdim=True) + torch.std(x, dim=-1, keepdim=True, unbiased=False) * \
+            torch.distributions.Normal(0.0, 1.0).icdf(p)
+        return torch.relu(x - cutoff)
+
+
+def test_erfinv_rewrite_keeps_the_single_onnx_trace():
+    """The rewrite writes no op ONNX's table decomposes: one (``rsub``) sent the single trace through torch.onnx's
+    decomposition again, which refuses the ``prims.var`` the trace made of ``torch.std`` (Gemma3n's ONNX export).
+    Fails with the rewrite's ``1 - x`` as ``rsub``."""
+    from engine.patches.onnx import onnx_decomposition_table
+
+    program = torch.export.export(_Erfinv(), (torch.rand(5),), dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    assert apply_fx_node_fixes("onnx", program.graph_module) == 1
+    table = onnx_decomposition_table(None)
+    assert not [n.target for n in program.graph_module.graph.nodes if n.op == "call_function" and n.target in table]
+    module = _GaussianTopK().eval()
+    assert_exports_and_runs(module, {"x": torch.randn(2, 3, 8), "p": torch.tensor(0.95)},
+                            {"x": torch.randn(3, 5, 8), "p": torch.tensor(0.9)}, "onnx", tolerance=1e-5)
+
 class _VideoOfEachPatch(torch.nn.Module):
     """Kimi-K2.5's temporal merge index: each packed patch's video, from the patches per video and their total."""
 

@@ -58,3 +58,99 @@ def test_conv_geometry_in_buffers_exports_with_a_dynamic_length():
         (got,) = run_exported(program, x).values()
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     assert torch.is_tensor(conv.padding_total) and "padding_total" in conv._buffers and "stride" not in vars(conv)
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(1, 5000), kernel=st.integers(1, 9), stride=st.integers(1, 6), dilation=st.integers(1, 3))
+def test_same_padding_without_max_equals_timm(size, kernel, stride, dilation):
+    """Where the rewrite applies (extent >= stride) it gives timm's padding for every size; elsewhere it declines."""
+    from timm.layers.padding import get_same_padding
+
+    from engine.patches.model.conv_geometry import same_padding_without_max
+
+    total = same_padding_without_max(size, kernel, stride, dilation)
+    if (kernel - 1) * dilation + 1 >= stride:
+        assert total == get_same_padding(size, kernel, stride, dilation)
+    else:
+        assert total is None
+
+
+class _SamePaddedStages(torch.nn.Module):
+    """Three stride-2 convs, each after timm's 'same' padding (MobileNetV5's stem and stages)."""
+
+    def __init__(self):
+        from timm.layers.padding import pad_same  # timm's patches apply once timm is imported, as a model's build does
+
+        super().__init__()
+        self.pad_same = pad_same
+        self.convs = torch.nn.ModuleList(torch.nn.Conv2d(3 if i == 0 else 4, 4, 3, 2) for i in range(3))
+
+    def forward(self, pixel_values):
+        for conv in self.convs:
+            pixel_values = conv(self.pad_same(pixel_values, conv.kernel_size, conv.stride)).relu()
+        return pixel_values
+
+
+def test_same_padded_stages_keep_one_copy_of_the_image_size():
+    """The output height's expression holds the input height once (it held it 27 times, three per stage, and torch's
+    time on it grew with that), and the program runs at other sizes as eager does. Fails without
+    _patch_same_padding_without_an_idle_max."""
+    import sympy
+
+    from engine import AutoExporter, AutoExportConfig, run_exported
+
+    model = _SamePaddedStages().eval()
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    program = AutoExporter.from_config(config).export(model, {"pixel_values": torch.randn(2, 3, 40, 52)},
+                                                      config=config)
+    (output,) = [node for node in program.graph.nodes if node.op == "output"][0].args[0]
+    height = output.meta["val"].shape[2].node.expr
+    symbols = list(height.free_symbols)
+    assert len(symbols) == 1
+    assert sum(1 for e in sympy.preorder_traversal(height) if e == symbols[0]) == 1
+    for shape in [(1, 3, 33, 47), (3, 3, 64, 17)]:
+        pixel_values = torch.randn(*shape)
+        with torch.no_grad():
+            expected = model(pixel_values)
+        (got,) = run_exported(program, {"pixel_values": pixel_values}).values()
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+class _WindowPooledStages(torch.nn.Module):
+    """Two stages that pad the image up to a multiple of a window, as Swin and DaViT window attention do, and pool
+    each window."""
+
+    window = 4
+
+    def forward(self, pixel_values):
+        w = self.window
+        for _ in range(2):
+            batch, channels, height, width = pixel_values.shape
+            pad_bottom, pad_right = (w - height % w) % w, (w - width % w) % w
+            padded = torch.nn.functional.pad(pixel_values, (0, pad_right, 0, pad_bottom))
+            rows, columns = padded.shape[2] // w, padded.shape[3] // w
+            pixel_values = padded.view(batch, channels, rows, w, columns, w).mean((3, 5)).tanh()
+        return pixel_values
+
+
+def test_window_padded_stages_keep_one_copy_of_the_image_size():
+    """The pooled height's expression holds the input height once (without the patch, twice per stage), and the
+    program runs at other sizes as eager does. Fails without _patch_pad_to_a_multiple_as_a_rounded_size."""
+    import sympy
+
+    from engine import AutoExporter, AutoExportConfig, run_exported
+
+    model = _WindowPooledStages().eval()
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    program = AutoExporter.from_config(config).export(model, {"pixel_values": torch.randn(2, 3, 37, 50)},
+                                                      config=config)
+    (output,) = [node for node in program.graph.nodes if node.op == "output"][0].args[0]
+    height = output.meta["val"].shape[2].node.expr
+    (symbol,) = height.free_symbols
+    assert sum(1 for e in sympy.preorder_traversal(height) if e == symbol) == 1
+    for shape in [(1, 3, 33, 47), (3, 3, 64, 17), (2, 3, 18, 21)]:
+        pixel_values = torch.randn(*shape)
+        with torch.no_grad():
+            expected = model(pixel_values)
+        (got,) = run_exported(program, {"pixel_values": pixel_values}).values()
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
