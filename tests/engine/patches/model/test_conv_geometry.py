@@ -91,29 +91,32 @@ class _SamePaddedStages(torch.nn.Module):
         return pixel_values
 
 
-def test_same_padded_stages_keep_one_copy_of_the_image_size():
-    """The output height's expression holds the input height once (it held it 27 times, three per stage, and torch's
-    time on it grew with that), and the program runs at other sizes as eager does. Fails without
-    _patch_same_padding_without_an_idle_max."""
+def _assert_one_copy_of_the_height_and_runs(model: torch.nn.Module, sample: tuple, others: list[tuple]):
+    """Export ``model`` with a dynamic image; the output height's expression holds the input height once, and the
+    program computes eager's result at the ``others`` image shapes."""
     import sympy
 
     from engine import AutoExporter, AutoExportConfig, run_exported
 
-    model = _SamePaddedStages().eval()
     config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
-    program = AutoExporter.from_config(config).export(model, {"pixel_values": torch.randn(2, 3, 40, 52)},
-                                                      config=config)
+    program = AutoExporter.from_config(config).export(model, {"pixel_values": torch.randn(*sample)}, config=config)
     (output,) = [node for node in program.graph.nodes if node.op == "output"][0].args[0]
     height = output.meta["val"].shape[2].node.expr
-    symbols = list(height.free_symbols)
-    assert len(symbols) == 1
-    assert sum(1 for e in sympy.preorder_traversal(height) if e == symbols[0]) == 1
-    for shape in [(1, 3, 33, 47), (3, 3, 64, 17)]:
+    (symbol,) = height.free_symbols
+    assert sum(1 for e in sympy.preorder_traversal(height) if e == symbol) == 1
+    for shape in others:
         pixel_values = torch.randn(*shape)
         with torch.no_grad():
             expected = model(pixel_values)
         (got,) = run_exported(program, {"pixel_values": pixel_values}).values()
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_same_padded_stages_keep_one_copy_of_the_image_size():
+    """The output height's expression holds the input height once (it held it 27 times, three per stage, and torch's
+    time on it grew with that), and the program runs at other sizes as eager does. Fails without
+    _patch_same_padding_without_an_idle_max."""
+    _assert_one_copy_of_the_height_and_runs(_SamePaddedStages().eval(), (2, 3, 40, 52), [(1, 3, 33, 47), (3, 3, 64, 17)])
 
 
 class _WindowPooledStages(torch.nn.Module):
@@ -136,21 +139,5 @@ class _WindowPooledStages(torch.nn.Module):
 def test_window_padded_stages_keep_one_copy_of_the_image_size():
     """The pooled height's expression holds the input height once (without the patch, twice per stage), and the
     program runs at other sizes as eager does. Fails without _patch_pad_to_a_multiple_as_a_rounded_size."""
-    import sympy
-
-    from engine import AutoExporter, AutoExportConfig, run_exported
-
-    model = _WindowPooledStages().eval()
-    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
-    program = AutoExporter.from_config(config).export(model, {"pixel_values": torch.randn(2, 3, 37, 50)},
-                                                      config=config)
-    (output,) = [node for node in program.graph.nodes if node.op == "output"][0].args[0]
-    height = output.meta["val"].shape[2].node.expr
-    (symbol,) = height.free_symbols
-    assert sum(1 for e in sympy.preorder_traversal(height) if e == symbol) == 1
-    for shape in [(1, 3, 33, 47), (3, 3, 64, 17), (2, 3, 18, 21)]:
-        pixel_values = torch.randn(*shape)
-        with torch.no_grad():
-            expected = model(pixel_values)
-        (got,) = run_exported(program, {"pixel_values": pixel_values}).values()
-        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    _assert_one_copy_of_the_height_and_runs(_WindowPooledStages().eval(), (2, 3, 37, 50),
+                                            [(1, 3, 33, 47), (3, 3, 64, 17), (2, 3, 18, 21)])
