@@ -337,4 +337,3 @@ def _patch_guards_printed_once_per_shape_env(original):
         return [text for text in code if "L['self']" not in text]
 
     return convert_guards_to_code
-

@@ -2,8 +2,9 @@
 
 Pattern: padding and lengths derived with tensor ops from a conv's kernel, stride and dilation (``torch.tensor``
 of ints, ``ceil`` of a tensor): data to torch.export, so the output length is data-dependent. The conv's fields are
-Python ints, so the same formulas in integer math keep every length a function of the input's size. And the
-'same' padding of a strided conv, whose idle ``max`` made each stage's size expression three times the last.
+Python ints, so the same formulas in integer math keep every length a function of the input's size. Paddings
+written so that the padded size holds the size below once ('same' and window padding): nested, the copies
+multiplied at each stage.
 """
 
 from __future__ import annotations
@@ -77,18 +78,15 @@ def _patch_extra_conv_padding_in_integer_math(original):
     return _get_extra_padding_for_conv1d
 
 
-
 @register_patch("dynamo", "timm.layers.padding.get_same_padding")
 def _patch_same_padding_without_an_idle_max(original):
-    """Pattern: 'same' padding before a strided conv, ``max((ceil(x / s) - 1) * s + (k - 1) * d + 1 - x, 0)``
-    (timm's ``get_same_padding``: MobileNetV5, Gemma 3n's vision tower). On a symbolic size the ``max`` stays a
-    ``Max`` that keeps ``x`` beside the pad, so the padded size holds the size below three times and each stage
-    triples the expression torch re-analyses (repro same_padding_stages_export_time.py: 112 s for 5 stages).
+    """Pattern: timm's ``get_same_padding``, ``max((ceil(x / s) - 1) * s + (k - 1) * d + 1 - x, 0)`` (MobileNetV5:
+    Gemma 3n). On a symbolic size the ``Max`` keeps ``x`` beside the pad, so each strided stage triples the size
+    expression torch re-analyses (repro same_padding_stages_export_time.py).
 
-    Rewrite: where the kernel's extent ``(k - 1) * d + 1`` is at least the stride the ``max`` can never bind
-    (``(ceil(x / s) - 1) * s >= x - s``), so it is left out; the padded size then cancels to ``ceil(x / s) * s - s
-    + extent``, one copy of ``x``. The same integers for every ``x``; other arguments go to timm. No upstream
-    issue found (the bound is torch's: value ranges cannot prove the max idle)."""
+    Rewrite: where the kernel's extent ``(k - 1) * d + 1`` is at least the stride the ``max`` cannot bind
+    (``(ceil(x / s) - 1) * s >= x - s``) and is left out, so the padded size cancels to one copy of ``x``. The same
+    integers for every ``x``; other arguments go to timm. No upstream issue found."""
 
     def get_same_padding(x, kernel_size, stride, dilation=1):
         if isinstance(x, torch.SymInt) and all(isinstance(v, int) for v in (kernel_size, stride, dilation)):
@@ -109,15 +107,14 @@ def same_padding_without_max(x, kernel_size: int, stride: int, dilation: int = 1
 
 @register_patch("dynamo", "torch.nn.functional.pad")
 def _patch_pad_to_a_multiple_as_a_rounded_size(original):
-    """Pattern: padding a size up to a multiple of a window, ``pad = (m - x % m) % m`` then ``F.pad`` (Swin and
-    DaViT window attention: Florence-2's vision tower, 7 model files). The padded size ``x + (m - x % m) % m``
-    holds ``x`` twice, and each stage nests the last one's twice again: torch's size checks slow geometrically
-    with depth (Florence-2's ExecuTorch export ran past 600 s).
+    """Pattern: a size padded up to a window multiple, ``pad = (m - x % m) % m`` then ``F.pad`` (Swin and DaViT
+    window attention, 15 model files). The padded size holds ``x`` twice, and nested stages double it again:
+    Florence-2's ExecuTorch export ran past 600 s.
 
-    Rewrite: a pad amount that is that expression of the padded dim's own size is handed to ``F.pad`` as
-    ``m * ceil(x / m) - x`` (the same integer), so the padded size cancels to ``m * ceil(x / m)``, one copy of
-    ``x``. Recognised by comparing torch's own expressions, so other pads pass through unchanged. No upstream
-    issue found (torch could canonicalise ``x + Mod(-x, m)``)."""
+    Rewrite: a pad amount that is that expression of the padded dim's own size (compared as torch's expressions)
+    goes to ``F.pad`` as ``m * ceil(x / m) - x``, the same integer, so the padded size cancels to
+    ``m * ceil(x / m)``; other pads pass unchanged. No upstream issue found (torch could canonicalise
+    ``x + Mod(-x, m)``)."""
 
     def pad(input, pad, mode="constant", value=None):
         if isinstance(input, torch.Tensor) and any(isinstance(amount, torch.SymInt) for amount in pad):
@@ -139,5 +136,6 @@ def pad_as_rounded_size(amount, size):
         if expr in (((m - size % m) % m).node.expr, ((-size) % m).node.expr):
             return (size + m - 1) // m * m - size
     return amount
+
 
 #: modules with the same (copied) MuSE ``get_vision_pixel_shuffle_index``
