@@ -108,13 +108,13 @@ def same_padding_without_max(x, kernel_size: int, stride: int, dilation: int = 1
 @register_patch("dynamo", "torch.nn.functional.pad")
 def _patch_pad_to_a_multiple_as_a_rounded_size(original):
     """Pattern: a size padded up to a window multiple, ``pad = (m - x % m) % m`` then ``F.pad`` (Swin and DaViT
-    window attention, 15 model files). The padded size holds ``x`` twice, and nested stages double it again:
-    Florence-2's ExecuTorch export ran past 600 s.
+    window attention, 15 model files). The padded size holds ``x`` twice, and nested stages double it again
+    (Florence-2's ExecuTorch export ran past 600 s).
 
-    Rewrite: a pad amount that is that expression of the padded dim's own size (compared as torch's expressions)
-    goes to ``F.pad`` as ``m * ceil(x / m) - x``, the same integer, so the padded size cancels to
-    ``m * ceil(x / m)``; other pads pass unchanged. No upstream issue found (torch could canonicalise
-    ``x + Mod(-x, m)``)."""
+    Rewrite: such a pad of a stage's output size (compared as torch's expressions) goes to ``F.pad`` as
+    ``m * ceil(x / m) - x``, the same integer, so the padded size cancels to ``m * ceil(x / m)``. An input's own
+    size keeps its form, whose one-chunk guard step 2a drops (torch folds the rounded form's into the input's
+    range). No upstream issue found."""
 
     def pad(input, pad, mode="constant", value=None):
         if isinstance(input, torch.Tensor) and any(isinstance(amount, torch.SymInt) for amount in pad):
@@ -126,10 +126,10 @@ def _patch_pad_to_a_multiple_as_a_rounded_size(original):
 
 def pad_as_rounded_size(amount, size):
     """``amount`` as ``m * ceil(size / m) - size`` where it is ``(m - size % m) % m`` or ``-size % m`` for an
-    integer ``m`` it holds, else ``amount`` unchanged."""
+    integer ``m`` it holds and ``size`` is derived (not an input's own symbol), else ``amount`` unchanged."""
     import sympy
 
-    if not (isinstance(amount, torch.SymInt) and isinstance(size, torch.SymInt)):
+    if not (isinstance(amount, torch.SymInt) and isinstance(size, torch.SymInt)) or size.node.expr.is_Symbol:
         return amount
     expr = amount.node.expr
     for m in sorted({int(a) for a in expr.atoms(sympy.Integer) if a >= 2}):
