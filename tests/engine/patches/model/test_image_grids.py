@@ -122,7 +122,9 @@ def test_bilinear_weights_equal_interpolate(height, width, side, shifted):
     (to float32 rounding of the sampling step)."""
     from engine.patches.model.image_grids import bilinear_weights
 
-    grid = torch.randn(1, 2, side, side, dtype=torch.float64)
+    # a seeded draw: from torch's global generator the grid depended on test order, and float32 rounding of the step
+    # came to 1.8e-5 relative on one grid of a ./dev test run
+    grid = torch.randn(1, 2, side, side, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     if shifted:
         expected = F.interpolate(grid, scale_factor=((height + 0.1) / side, (width + 0.1) / side), mode="bilinear",
                                  align_corners=False)
