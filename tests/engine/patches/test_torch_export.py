@@ -370,4 +370,3 @@ def test_an_elementwise_op_over_tied_strides_keeps_its_length_dynamic():
     with pytest.raises(AssertionError, match=r"size\(\)\[1\] >= 7"):
         plain.module()(shorter["ids"])
     assert_exports_and_runs(_RollingHash(), {"ids": ids}, shorter, "dynamo", tolerance=0)
-

@@ -142,7 +142,6 @@ def test_inverse_normal_cdf_exports_and_runs(backend):
                              {"p": torch.tensor([0.2, 0.999, 0.5, 1e-4, 0.75])}, backend, tolerance=1e-5)
 
 
-
 class _GaussianTopK(torch.nn.Module):
     """Gemma3n's activation sparsity: a cutoff at the mean plus ``icdf(p)`` standard deviations."""
 
@@ -165,6 +164,7 @@ def test_erfinv_rewrite_keeps_the_single_onnx_trace():
     module = _GaussianTopK().eval()
     assert_exports_and_runs(module, {"x": torch.randn(2, 3, 8), "p": torch.tensor(0.95)},
                             {"x": torch.randn(3, 5, 8), "p": torch.tensor(0.9)}, "onnx", tolerance=1e-5)
+
 
 class _VideoOfEachPatch(torch.nn.Module):
     """Kimi-K2.5's temporal merge index: each packed patch's video, from the patches per video and their total."""
