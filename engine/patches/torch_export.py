@@ -18,6 +18,42 @@ from engine.patches.registry import register_patch
 # ── Correctness: torch.export internals ─────────────────────────────────────────────────────────────────────
 
 
+def contiguity_probe(sizes, strides) -> bool:
+    """torch's ``check_contiguous_sizes_strides(..., false_if_dde=True)`` without its size-1 guards: a dim is
+    skipped only where it is statically 1, else its stride is checked as for any dim."""
+    from torch.fx.experimental.symbolic_shapes import guard_or_true, is_nested_int, statically_known_true
+
+    expected = expected_max = 1
+    for size, stride in reversed(tuple(zip(sizes, strides))):
+        if statically_known_true(size == 1):
+            continue
+        if guard_or_true(stride != expected) and guard_or_true(stride != expected_max):
+            return False
+        expected_max *= size if is_nested_int(size) else torch.sym_max(size, 1)
+        expected *= size
+    return True
+
+
+def contiguity_answered_once(sizes, strides) -> bool:
+    """:func:`contiguity_probe`, answered once per shape env and tuple of size and stride expressions (after the
+    env's replacements): a trace asks it of the same few layouts hundreds of times, each time building the
+    symbolic products anew. Its guards are recorded by the first answer."""
+    shape_env, key = None, [len(sizes)]
+    for value in (*sizes, *strides):
+        if isinstance(value, torch.SymInt):
+            shape_env = value.node.shape_env
+            key.append(value.node.expr)
+        else:
+            key.append(value)
+    if shape_env is None:
+        return contiguity_probe(sizes, strides)
+    answers = shape_env.__dict__.setdefault("_export_sweep_contiguity", {})
+    key = tuple(key)
+    if key not in answers:
+        answers[key] = contiguity_probe(sizes, strides)
+    return answers[key]
+
+
 @register_patch("dynamo", "torch._prims_common.check_contiguous_sizes_strides")
 @register_patch("executorch", "torch._prims_common.check_contiguous_sizes_strides")  # and in the lowering's retraces
 def _patch_contiguity_probe_without_singleton_guards(original):
@@ -26,23 +62,14 @@ def _patch_contiguity_probe_without_singleton_guards(original):
     derived size that is 1 at the traced shape (Funnel's pooled ``(seq - 1)//4`` at 8 tokens) pins the input: ``Eq((seq
     - 1)//4, 1)``.
 
-    Rewrite: the probe skips a dim only where it is statically 1, else checks its stride as for any dim (a conservative
+    Rewrite: :func:`contiguity_probe`, answered once per layout (:func:`contiguity_answered_once`; a conservative
     False gates a layout, never a value). Calls without ``false_if_dde`` go to the original. Upstream:
     pytorch/pytorch#165032, fix proposed in pytorch/pytorch#185084 and pytorch/pytorch#185166 (not in torch 2.14.1)."""
-    from torch.fx.experimental.symbolic_shapes import guard_or_true, is_nested_int, statically_known_true
 
     def check_contiguous_sizes_strides(sizes, strides, false_if_dde=False):
         if not false_if_dde:
             return original(sizes, strides, false_if_dde=false_if_dde)
-        expected = expected_max = 1
-        for size, stride in reversed(tuple(zip(sizes, strides))):
-            if statically_known_true(size == 1):
-                continue
-            if guard_or_true(stride != expected) and guard_or_true(stride != expected_max):
-                return False
-            expected_max *= size if is_nested_int(size) else torch.sym_max(size, 1)
-            expected *= size
-        return True
+        return contiguity_answered_once(sizes, strides)
 
     return check_contiguous_sizes_strides
 

@@ -36,6 +36,43 @@ def test_contiguity_probe_answers_as_torch_on_concrete_sizes(dims):
     assert is_contiguous(tensor, false_if_dde=True) == prims.is_contiguous(tensor, false_if_dde=True)
 
 
+def _symbolic_sizes(shape_env, hints):
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    return [shape_env.create_symintnode(shape_env.create_symbol(hint, ConstantSource(f"s{i}"), dynamic_dim=DimDynamic.DYNAMIC),
+                                        hint=hint) for i, hint in enumerate(hints)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(2, 9), min_size=1, max_size=4), st.randoms(use_true_random=False))
+def test_contiguity_probe_is_answered_once_per_layout_as_probed_anew(hints, rng):
+    """The memo of the contiguity probe answers every layout as the probe does in a fresh shape env, and a trace's
+    repeated question about one layout (the same size and stride expressions) runs the probe once."""
+    from unittest import mock
+
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    import engine.patches.torch_export as patches
+
+    order = list(range(len(hints)))
+    rng.shuffle(order)
+
+    def layouts(shape_env):
+        sizes = _symbolic_sizes(shape_env, hints)
+        strides, step = [0] * len(sizes), 1
+        for dim in reversed(order):  # contiguous in a drawn dim order
+            strides[dim], step = step, step * sizes[dim]
+        return [(sizes, strides), (sizes, torch.ones(len(sizes), dtype=torch.int64).tolist())]
+
+    expected = [patches.contiguity_probe(*layout) for layout in layouts(ShapeEnv())]
+    asked = layouts(ShapeEnv())
+    with mock.patch.object(patches, "contiguity_probe", wraps=patches.contiguity_probe) as probe:
+        answers = [patches.contiguity_answered_once(*layout) for layout in asked + asked]
+    assert answers == expected + expected
+    assert probe.call_count == len({tuple(map(str, sizes + strides)) for sizes, strides in asked})
+
+
 def test_a_strided_slice_exports_for_its_whole_range():
     """``x[::9]`` is a single row for inputs of 1 to 9 rows; torch's layout probe guarded that it is not (and that
     it has 2 or more elements) at the traced 12 rows, so a named ``Dim(min=1)`` export failed. Patched, the program
