@@ -36,14 +36,6 @@ def test_contiguity_probe_answers_as_torch_on_concrete_sizes(dims):
     assert is_contiguous(tensor, false_if_dde=True) == prims.is_contiguous(tensor, false_if_dde=True)
 
 
-def _symbolic_sizes(shape_env, hints):
-    from torch._dynamo.source import ConstantSource
-    from torch.fx.experimental.symbolic_shapes import DimDynamic
-
-    return [shape_env.create_symintnode(shape_env.create_symbol(hint, ConstantSource(f"s{i}"), dynamic_dim=DimDynamic.DYNAMIC),
-                                        hint=hint) for i, hint in enumerate(hints)]
-
-
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(2, 9), min_size=1, max_size=4), st.randoms(use_true_random=False))
 def test_contiguity_probe_is_answered_once_per_layout_as_probed_anew(hints, rng):
@@ -54,12 +46,13 @@ def test_contiguity_probe_is_answered_once_per_layout_as_probed_anew(hints, rng)
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     import engine.patches.torch_export as patches
+    from tests.engine.executorch_cases import size_symint
 
     order = list(range(len(hints)))
     rng.shuffle(order)
 
     def layouts(shape_env):
-        sizes = _symbolic_sizes(shape_env, hints)
+        sizes = [size_symint(shape_env, f"s{i}", hint, 2, 4096) for i, hint in enumerate(hints)]
         strides, step = [0] * len(sizes), 1
         for dim in reversed(order):  # contiguous in a drawn dim order
             strides[dim], step = step, step * sizes[dim]
