@@ -1,4 +1,5 @@
-"""Catalog cost of a sweep in case-hours, extrapolated from a fixed stratified sample of classes. Run by hand:
+"""Catalog cost of a sweep in case-hours: summed over a full-catalog run, or extrapolated from a fixed stratified
+sample of classes. Run by hand:
 
     .venv/bin/python bench/sweep_cost.py sample [--size 200] > /tmp/sample.txt
     taskset -c 1 .venv/bin/python -m sweep --models=@/tmp/sample.txt --backend=eager,dynamo,onnx,executorch \\
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import sys
 from pathlib import Path
 
@@ -60,7 +60,10 @@ def sample(size: int) -> dict[str, list[str]]:
 
 
 def _rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if line.strip()]
+    """Each case's latest row (a rerun appends one), as the sweep's counts read them."""
+    from sweep.results import latest_rows, read_rows, rows_path
+
+    return latest_rows(list(read_rows(rows_path(folder))))
 
 
 def report(folder: Path, against: Path | None) -> None:
@@ -80,11 +83,17 @@ def report(folder: Path, against: Path | None) -> None:
             cases[row["backend"]] += 1
     sampled = sum(len(models) for models in run_models.values())
     missing = sorted(label for label in groups if label not in run_models)
+    catalog = sum(len(n) for n in groups.values())
+    states = collections.Counter((row.get("fingerprint_parts") or {}).get("export-sweep") for row in rows)
+    state, count = states.most_common(1)[0] if states else (None, 0)
     print(f"{folder}: {sampled} sampled classes in {len(run_models)} of {len(groups)} strata, "
-          f"{sum(len(n) for n in groups.values())} classes in the catalog")
+          f"{catalog} classes in the catalog")
+    print(f"  rows from {len(states)} code states, the largest ({state}) {count} of {len(rows)}")
     if missing:
         print(f"  strata without a sampled class (their cost is not estimated): {', '.join(missing)}")
-    print(f"  {'backend':<11} {'cases run':>9} {'sample h':>9} {'catalog h (estimate)':>21}")
+    # every class ran: the catalog figure is the rows' own sum, not an extrapolation
+    label = "catalog h (measured)" if sampled == catalog else "catalog h (estimate)"
+    print(f"  {'backend':<11} {'cases run':>9} {'sample h':>9} {label:>21}")
     total_sample = total_catalog = 0.0
     for backend in BACKENDS:
         spent = sum(seconds[(label, backend)] for label in run_models)
