@@ -97,11 +97,7 @@ def test_the_committed_baseline_was_run_at_the_pins(report):
 ONE_STATE_SHARE = 0.95
 
 
-@pytest.mark.parametrize("report", [
-    "baseline",
-    pytest.param("generate", marks=pytest.mark.xfail(
-        strict=True, reason="the generation rows' rerun at 6051205 is under way (open issue): remove with it")),
-])
+@pytest.mark.parametrize("report", ["baseline", "generate"])
 def test_the_committed_baseline_comes_from_the_commit_the_readme_names(report, tmp_path):
     """At least 95 % of a report's rows carry one ``export-sweep`` fingerprint, and it is the one of the sources of
     the commit that reports/README.md names (``Baseline commit: `<sha>` ``)."""
