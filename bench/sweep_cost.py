@@ -92,8 +92,8 @@ def report(folder: Path, against: Path | None) -> None:
     if missing:
         print(f"  strata without a sampled class (their cost is not estimated): {', '.join(missing)}")
     # every class ran: the catalog figure is the rows' own sum, not an extrapolation
-    label = "catalog h (measured)" if sampled == catalog else "catalog h (estimate)"
-    print(f"  {'backend':<11} {'cases run':>9} {'sample h':>9} {label:>21}")
+    column = "catalog h (measured)" if sampled == catalog else "catalog h (estimate)"
+    print(f"  {'backend':<11} {'cases run':>9} {'sample h':>9} {column:>21}")
     total_sample = total_catalog = 0.0
     for backend in BACKENDS:
         spent = sum(seconds[(label, backend)] for label in run_models)
